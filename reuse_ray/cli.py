@@ -1,0 +1,74 @@
+"""Command line: ``reuse-ray run CONFIG.yaml [--set a.b=value ...]`` and ``reuse-ray fetch``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from .config import ConfigError, load_run_config
+
+
+def _print(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from .data import DatasetUnavailableError
+    from .engine import run_fl
+
+    overrides = list(args.set or [])
+    if args.results:
+        overrides.append(f"results_dir={args.results}")
+    try:
+        cfg = load_run_config(args.config, overrides)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"reuse-ray: {err}", file=sys.stderr)
+        return 2
+    try:
+        summary = run_fl(cfg, progress=_print)
+    except DatasetUnavailableError as err:
+        print(f"reuse-ray: {err}", file=sys.stderr)
+        return 2
+    row = summary.row
+    out = Path(cfg.results_dir).resolve()
+    _print(
+        f"run {summary.run_id}: {summary.status}; final val_acc={row['final_val_acc']}, "
+        f"test_acc={row['test_acc']}, cumulative restricted uplink saving="
+        f"{100 * (row['cum_saving_restricted'] or 0):.3f}%"
+    )
+    _print(f"results: {out}  (pandas.read_parquet('{out}/rounds'))")
+    return 0 if summary.status == "finished" else 1
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from .data import fetch
+
+    root = fetch(args.dataset, args.root, args.image_size)
+    _print(f"{args.dataset} is in {root}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="reuse-ray", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+    r = sub.add_parser("run", help="run one FL run from a config (or a sweep file's base block)")
+    r.add_argument("config", help="YAML run config, or a sweep file whose base: block is used")
+    r.add_argument("--set", action="append", metavar="a.b=value", help="override a field")
+    r.add_argument("--results", help="results directory (overrides results_dir)")
+    r.set_defaults(func=cmd_run)
+    f = sub.add_parser("fetch", help="download a dataset into the data root (needs internet)")
+    f.add_argument("dataset")
+    f.add_argument("--root", default=None)
+    f.add_argument("--image-size", type=int, default=28)
+    f.set_defaults(func=cmd_fetch)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

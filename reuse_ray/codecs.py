@@ -1,0 +1,235 @@
+"""Per-tensor Top-K sparsification and the wire format of the measured ledger (§3.1, §3.3).
+
+* ``topk_count``: k = max(1, ⌊r·d⌋) in exact rational arithmetic (R8); ``rounding="ceil"`` is the
+  recorded alternative.
+* ``field_bytes``: the seed's restricted field model B(d) = min(dense, COO, bitmap) (R9).
+* ``topk_sparsify``: keeps the k largest |x| of every state tensor, ties broken by lower flat index
+  (§2.1 test c); r = 1 returns the update unchanged (dense).
+* ``encode`` / ``decode``: a real byte layout (headers + the cheapest of dense / COO / bitmap per
+  tensor, the same choice as the field model), whose length is what the measured ledger records.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from dataclasses import dataclass
+from fractions import Fraction
+
+import numpy as np
+import torch
+
+from .state import StateLayout
+
+VALUE_BYTES = 4
+INDEX_BYTES = 4
+MODE_DENSE, MODE_COO, MODE_BITMAP = 0, 1, 2
+MAGIC = b"RR"
+WIRE_VERSION = 1
+# magic, version, kind, round, client, num_samples, num_tensors
+_MSG_HEADER = struct.Struct("<2sBBIiIH")
+# tensor id, mode, numel, k
+_TENSOR_HEADER = struct.Struct("<HBII")
+KIND_UPDATE, KIND_MODEL = 1, 2
+
+
+def topk_count(d: int, r: float, rounding: str = "floor") -> int:
+    """k = max(1, ⌊r·d⌋) with r read as an exact decimal (never float floor)."""
+    frac = Fraction(str(r)) * d
+    k = math.floor(frac) if rounding == "floor" else math.ceil(frac)
+    return max(1, min(d, k))
+
+
+def field_bytes(d: int, k: int, b: int = VALUE_BYTES) -> int:
+    """B(d) = min(b·d, k·(b+4), ⌈d/8⌉ + b·k): the seed's per-tensor field model (R9)."""
+    return min(b * d, k * (b + INDEX_BYTES), -(-d // 8) + b * k)
+
+
+def field_mode(d: int, k: int, b: int = VALUE_BYTES) -> int:
+    """Which layout attains B(d): dense, COO or bitmap (dense wins ties, then COO)."""
+    sizes = (b * d, k * (b + INDEX_BYTES), -(-d // 8) + b * k)
+    return int(np.argmin(sizes))
+
+
+def restricted_update_bytes(layout: StateLayout, r: float) -> int:
+    """Σ_tensors B(d, r): the restricted uplink of one fresh Top-K update (r = 1 ⇒ B0)."""
+    if r >= 1.0:
+        return layout.dense_bytes
+    return sum(field_bytes(s.numel, topk_count(s.numel, r)) for s in layout.tensors)
+
+
+def topk_select(x: torch.Tensor, k: int) -> torch.Tensor:
+    """Sorted indices of the k largest |x|; among equal magnitudes the lower index wins."""
+    a = x.abs()
+    if k >= a.numel():
+        return torch.arange(a.numel())
+    thr = torch.topk(a, k, sorted=False).values.min()
+    above = torch.nonzero(a > thr).flatten()
+    ties = torch.nonzero(a == thr).flatten()[: k - above.numel()]
+    return torch.sort(torch.cat([above, ties])).values
+
+
+@dataclass(frozen=True)
+class SparseUpdate:
+    """A per-tensor Top-K update as global flat indices (sorted) and fp32 values.
+
+    ``indices is None`` means the update is dense and ``values`` holds all d entries.
+    """
+
+    dim: int
+    indices: torch.Tensor | None
+    values: torch.Tensor
+
+    @property
+    def is_dense(self) -> bool:
+        return self.indices is None
+
+    def to_dense(self) -> torch.Tensor:
+        if self.indices is None:
+            return self.values
+        out = torch.zeros(self.dim, dtype=torch.float32)
+        out[self.indices] = self.values
+        return out
+
+    def add_into(self, acc: torch.Tensor, weight: float) -> None:
+        """acc += weight · self, in place, touching only the kept coordinates."""
+        if self.indices is None:
+            acc.add_(self.values, alpha=weight)
+        else:
+            acc.index_add_(0, self.indices, self.values * weight)
+
+    def memory_bytes(self) -> int:
+        """Bytes held by this object's tensors."""
+        n = self.values.numel() * self.values.element_size()
+        if self.indices is not None:
+            n += self.indices.numel() * self.indices.element_size()
+        return n
+
+
+def topk_sparsify(delta: torch.Tensor, layout: StateLayout, r: float) -> SparseUpdate:
+    """Per-tensor Top-K at keep ratio r; r = 1 returns the update itself, bit-exactly."""
+    delta = delta.to(torch.float32)
+    if r >= 1.0:
+        return SparseUpdate(layout.dim, None, delta)
+    parts = []
+    for s in layout.tensors:
+        seg = delta[s.offset : s.offset + s.numel]
+        parts.append(topk_select(seg, topk_count(s.numel, r)) + s.offset)
+    idx = torch.cat(parts)
+    return SparseUpdate(layout.dim, idx, delta[idx].clone())
+
+
+# --------------------------------------------------------------------------- wire format
+
+
+def encode(
+    update: SparseUpdate,
+    layout: StateLayout,
+    *,
+    kind: int = KIND_UPDATE,
+    round_: int = 0,
+    client: int = -1,
+    num_samples: int = 0,
+) -> bytes:
+    """Serialise an update (or a dense model) to bytes, per tensor in its cheapest layout."""
+    chunks = [
+        _MSG_HEADER.pack(
+            MAGIC, WIRE_VERSION, kind, round_, client, num_samples, len(layout.tensors)
+        )
+    ]
+    dense = update.values.numpy() if update.is_dense else None
+    if not update.is_dense:
+        idx_all = update.indices.numpy()
+        val_all = update.values.numpy()
+        bounds = np.searchsorted(idx_all, [s.offset for s in layout.tensors] + [layout.dim])
+    for tid, s in enumerate(layout.tensors):
+        if dense is not None:
+            chunks.append(_TENSOR_HEADER.pack(tid, MODE_DENSE, s.numel, s.numel))
+            chunks.append(dense[s.offset : s.offset + s.numel].astype("<f4").tobytes())
+            continue
+        lo, hi = bounds[tid], bounds[tid + 1]
+        local = (idx_all[lo:hi] - s.offset).astype(np.int64)
+        vals = val_all[lo:hi]
+        k = hi - lo
+        mode = field_mode(s.numel, k)
+        chunks.append(_TENSOR_HEADER.pack(tid, mode, s.numel, k))
+        if mode == MODE_DENSE:
+            seg = np.zeros(s.numel, dtype="<f4")
+            seg[local] = vals
+            chunks.append(seg.tobytes())
+        elif mode == MODE_COO:
+            chunks.append(local.astype("<i4").tobytes())
+            chunks.append(vals.astype("<f4").tobytes())
+        else:
+            bits = np.zeros(s.numel, dtype=bool)
+            bits[local] = True
+            chunks.append(np.packbits(bits, bitorder="little").tobytes())
+            chunks.append(vals.astype("<f4").tobytes())
+    return b"".join(chunks)
+
+
+@dataclass(frozen=True)
+class Decoded:
+    kind: int
+    round: int
+    client: int
+    num_samples: int
+    update: SparseUpdate
+
+
+def decode(blob: bytes, layout: StateLayout) -> Decoded:
+    """Inverse of :func:`encode`."""
+    magic, version, kind, round_, client, n, ntens = _MSG_HEADER.unpack_from(blob, 0)
+    if magic != MAGIC or version != WIRE_VERSION:
+        raise ValueError("not a reuse_ray wire message")
+    pos = _MSG_HEADER.size
+    idx_parts: list[np.ndarray] = []
+    val_parts: list[np.ndarray] = []
+    all_dense = True
+    for _ in range(ntens):
+        tid, mode, numel, k = _TENSOR_HEADER.unpack_from(blob, pos)
+        pos += _TENSOR_HEADER.size
+        off = layout.tensors[tid].offset
+        if mode == MODE_DENSE:
+            seg = np.frombuffer(blob, dtype="<f4", count=numel, offset=pos)
+            pos += 4 * numel
+            if k == numel:
+                idx_parts.append(np.arange(numel, dtype=np.int64) + off)
+                val_parts.append(seg)
+                continue
+            nz = np.flatnonzero(seg)
+            all_dense = False
+            # a dense-mode sparse tensor keeps exactly k entries; zeros among them are re-added
+            keep = np.sort(np.concatenate([nz, np.flatnonzero(seg == 0)[: k - len(nz)]]))
+            idx_parts.append(keep + off)
+            val_parts.append(seg[keep])
+        elif mode == MODE_COO:
+            all_dense = False
+            local = np.frombuffer(blob, dtype="<i4", count=k, offset=pos).astype(np.int64)
+            pos += 4 * k
+            vals = np.frombuffer(blob, dtype="<f4", count=k, offset=pos)
+            pos += 4 * k
+            idx_parts.append(local + off)
+            val_parts.append(vals)
+        else:
+            all_dense = False
+            nbytes = -(-numel // 8)
+            bits = np.unpackbits(
+                np.frombuffer(blob, dtype=np.uint8, count=nbytes, offset=pos), bitorder="little"
+            )[:numel]
+            pos += nbytes
+            vals = np.frombuffer(blob, dtype="<f4", count=k, offset=pos)
+            pos += 4 * k
+            idx_parts.append(np.flatnonzero(bits).astype(np.int64) + off)
+            val_parts.append(vals)
+    values = torch.from_numpy(np.concatenate(val_parts).astype(np.float32))
+    if all_dense:
+        upd = SparseUpdate(layout.dim, None, values)
+    else:
+        upd = SparseUpdate(layout.dim, torch.from_numpy(np.concatenate(idx_parts)), values)
+    return Decoded(kind, round_, client, n, upd)
+
+
+def encode_model(w: torch.Tensor, layout: StateLayout, round_: int) -> bytes:
+    """The downlink message: the dense global state w_t."""
+    return encode(SparseUpdate(layout.dim, None, w), layout, kind=KIND_MODEL, round_=round_)

@@ -1,0 +1,428 @@
+"""Frozen run configuration, loaded from YAML and validated with messages that name the field.
+
+Every block is a frozen dataclass; the whole run is one :class:`RunConfig`. Values are read with
+``yaml.safe_load`` and checked on construction: an unknown field, a wrong type or a value out of
+its range raises :class:`ConfigError` naming the dotted field and what is allowed.
+
+Protocol defaults follow shared/ALGORITHMS.md §4.1 (DG-FedReuse protocol): 50 clients, 10 per
+round, Dirichlet 0.5, 3 local epochs, batch 128, SGD lr 0.05, momentum 0.9, weight decay 1e-4.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DATASETS = (
+    "digits",
+    "synthetic",
+    "mnist",
+    "fashionmnist",
+    "emnist_balanced",
+    "cifar10",
+    "cifar100",
+    "pathmnist",
+)
+METHODS = ("fedavg", "fedprox", "fedadam")
+PARTITIONS = ("dirichlet", "iid", "shards")
+MODELS = ("auto", "cnn", "resnet18")
+AUGMENTS = ("auto", "none", "crop_flip")
+BACKENDS = ("local",)
+
+
+class ConfigError(ValueError):
+    """A configuration value is unknown, of the wrong type or out of range."""
+
+    def __init__(self, field_path: str, message: str):
+        self.field = field_path
+        super().__init__(f"config field '{field_path}': {message}")
+
+    def prefixed(self, prefix: str) -> ConfigError:
+        inner = str(self).split(": ", 1)[1]
+        return ConfigError(f"{prefix}.{self.field}", inner)
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_range(
+    name: str,
+    value: float,
+    lo: float | None = None,
+    hi: float | None = None,
+    lo_open: bool = False,
+    hi_open: bool = False,
+) -> None:
+    ok = True
+    if lo is not None:
+        ok &= value > lo if lo_open else value >= lo
+    if hi is not None:
+        ok &= value < hi if hi_open else value <= hi
+    if not ok:
+        left = "(" if lo_open else "["
+        right = ")" if hi_open else "]"
+        lo_s = "-inf" if lo is None else repr(lo)
+        hi_s = "inf" if hi is None else repr(hi)
+        raise ConfigError(name, f"{value!r} is out of range; allowed: {left}{lo_s}, {hi_s}{right}")
+
+
+def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(name, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+# --------------------------------------------------------------------------- blocks
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Dataset choice and splits (ALGORITHMS.md §4.1, §6 item 1)."""
+
+    name: str = "digits"  # one of DATASETS
+    root: str | None = None  # data root; None -> $REUSE_RAY_DATA -> ~/.cache/reuse_ray/data
+    download: bool = False  # downloads are attempted only when this is true
+    val_fraction: float = 0.1  # stratified validation carve-out where no val split exists
+    split_seed: int = 0  # fixes val/test carving, independent of the run seed
+    image_size: int = 28  # medmnist image size (28, 64, 128, 224)
+    synthetic_samples: int = 2000  # synthetic: train+test samples
+    synthetic_shape: tuple[int, ...] = (1, 8, 8)  # synthetic: C, H, W
+    synthetic_classes: int = 10
+    synthetic_noise: float = 1.0  # synthetic: noise std around each class template
+
+    def __post_init__(self) -> None:
+        _check_choice("name", self.name, DATASETS)
+        _check_range("val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
+        _check_range("split_seed", self.split_seed, 0)
+        _check_choice("image_size", str(self.image_size), ("28", "64", "128", "224"))
+        _check_range("synthetic_samples", self.synthetic_samples, 20)
+        if len(self.synthetic_shape) != 3 or min(self.synthetic_shape) < 1:
+            raise ConfigError("synthetic_shape", f"{self.synthetic_shape!r}; allowed: [C, H, W] >= 1")
+        _check_range("synthetic_classes", self.synthetic_classes, 2)
+        _check_range("synthetic_noise", self.synthetic_noise, 0.0)
+
+
+@dataclass(frozen=True)
+class PartitionConfig:
+    """How the training split is spread over clients (ALGORITHMS.md §4.1)."""
+
+    kind: str = "dirichlet"  # dirichlet | iid | shards
+    alpha: float = 0.5  # Dirichlet concentration
+    min_size: int = 10  # every client gets at least this many samples (Dirichlet retries)
+    shards_per_client: int = 2  # shards partition
+
+    def __post_init__(self) -> None:
+        _check_choice("kind", self.kind, PARTITIONS)
+        _check_range("alpha", self.alpha, 0.0, lo_open=True)
+        _check_range("min_size", self.min_size, 1)
+        _check_range("shards_per_client", self.shards_per_client, 1)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Model choice: the shallow CNN or torchvision ResNet-18 (auto: ResNet-18 for CIFAR)."""
+
+    name: str = "auto"
+    hidden: int = 128  # width of the CNN's hidden linear layer
+
+    def __post_init__(self) -> None:
+        _check_choice("name", self.name, MODELS)
+        _check_range("hidden", self.hidden, 1)
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Local training, ALGORITHMS.md §1.3."""
+
+    epochs: int = 3
+    batch_size: int = 128
+    lr: float = 0.05
+    momentum: float = 0.9
+    weight_decay: float = 1e-4
+    augment: str = "auto"  # auto: crop+flip for CIFAR, none otherwise
+    threads: int = 1  # torch threads for client work; fixed so results do not depend on cores
+    amp: bool = True  # autocast on CUDA only; codecs and ledger always see fp32 deltas
+    eval_batch_size: int = 1024
+
+    def __post_init__(self) -> None:
+        _check_range("epochs", self.epochs, 1)
+        _check_range("batch_size", self.batch_size, 1)
+        _check_range("lr", self.lr, 0.0, lo_open=True)
+        _check_range("momentum", self.momentum, 0.0, 1.0, hi_open=True)
+        _check_range("weight_decay", self.weight_decay, 0.0)
+        _check_choice("augment", self.augment, AUGMENTS)
+        _check_range("threads", self.threads, 1)
+        _check_range("eval_batch_size", self.eval_batch_size, 1)
+
+
+@dataclass(frozen=True)
+class FLConfig:
+    """The federation: clients, participation and the fixed round budget (§1.5)."""
+
+    num_clients: int = 50
+    clients_per_round: int = 10
+    rounds: int = 30  # final round T, fixed in advance; the test split is read once, at T
+    eval_every: int = 5  # validation at round 1, every eval_every rounds and at T
+    server_lr: float = 1.0  # eta_s of the FedAvg family (§1.7)
+
+    def __post_init__(self) -> None:
+        _check_range("num_clients", self.num_clients, 1)
+        _check_range("clients_per_round", self.clients_per_round, 1)
+        _check_range("rounds", self.rounds, 1)
+        _check_range("eval_every", self.eval_every, 1)
+        _check_range("server_lr", self.server_lr, 0.0, lo_open=True)
+        if self.clients_per_round > self.num_clients:
+            raise ConfigError(
+                "clients_per_round",
+                f"{self.clients_per_round} is more than num_clients={self.num_clients}; "
+                f"allowed: [1, {self.num_clients}]",
+            )
+
+
+@dataclass(frozen=True)
+class FedProxConfig:
+    """FedProx (ALGORITHMS.md §2.2); the seed's control uses mu = 5e-4."""
+
+    mu: float = 5e-4
+
+    def __post_init__(self) -> None:
+        _check_range("mu", self.mu, 0.0)
+
+
+@dataclass(frozen=True)
+class FedAdamConfig:
+    """FedAdam (ALGORITHMS.md §2.10); seed values eta=0.01, beta1=0.9, beta2=0.99, tau=1e-3."""
+
+    lr: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+    v0: str = "tau_squared"  # v_0 = tau^2 (paper) or zero (Flower)
+
+    def __post_init__(self) -> None:
+        _check_range("lr", self.lr, 0.0, lo_open=True)
+        _check_range("beta1", self.beta1, 0.0, 1.0, hi_open=True)
+        _check_range("beta2", self.beta2, 0.0, 1.0, hi_open=True)
+        _check_range("tau", self.tau, 0.0, lo_open=True)
+        _check_choice("v0", self.v0, ("tau_squared", "zero"))
+
+
+@dataclass(frozen=True)
+class MethodConfig:
+    """The algorithm and its knobs; each method reads only its own block."""
+
+    name: str = "fedavg"  # one of METHODS
+    topk_ratio: float = 1.0  # r in (0, 1]: per-tensor Top-K keep ratio of the uplink; 1 = dense
+    fedprox: FedProxConfig = field(default_factory=FedProxConfig)
+    fedadam: FedAdamConfig = field(default_factory=FedAdamConfig)
+
+    def __post_init__(self) -> None:
+        _check_choice("name", self.name, METHODS)
+        _check_range("topk_ratio", self.topk_ratio, 0.0, 1.0, lo_open=True)
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """Which backend runs client work. Not part of the run id: engines give identical results."""
+
+    backend: str = "local"
+
+    def __post_init__(self) -> None:
+        _check_choice("backend", self.backend, BACKENDS)
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """One FL run: what a Tune trial or ``reuse-ray run`` executes."""
+
+    seed: int = 0
+    data: DataConfig = field(default_factory=DataConfig)
+    partition: PartitionConfig = field(default_factory=PartitionConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    fl: FLConfig = field(default_factory=FLConfig)
+    method: MethodConfig = field(default_factory=MethodConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    results_dir: str = "results"
+
+    def __post_init__(self) -> None:
+        _check_range("seed", self.seed, 0)
+
+    def replace(self, **changes: Any) -> RunConfig:
+        return dataclasses.replace(self, **changes)
+
+    @property
+    def run_id(self) -> str:
+        """Stable id of (config, seed): results location and engine do not enter it."""
+        payload = {k: v for k, v in flatten(self).items() if not _is_non_identity(k)}
+        digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
+        return f"{self.method.name}-{digest[:12]}"
+
+
+def _is_non_identity(key: str) -> bool:
+    return key == "results_dir" or key.startswith("engine.") or key == "data.root"
+
+
+# --------------------------------------------------------------------------- dict <-> dataclass
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(path: str, tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        inner = [a for a in args if a is not type(None)]
+        return _coerce(path, inner[0], value)
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(path, f"expected a mapping of fields, got {value!r}")
+        return from_dict(tp, value, path)
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(path, f"expected a list, got {value!r}")
+        return tuple(_coerce(path, args[0], v) for v in value)
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(path, f"expected true or false, got {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            if isinstance(value, float) and value.is_integer():
+                return int(value)
+            raise ConfigError(path, f"expected an integer, got {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            if isinstance(value, str):
+                try:
+                    return float(value)  # YAML reads "1e-4" without a dot as a string
+                except ValueError:
+                    pass
+            raise ConfigError(path, f"expected a number, got {value!r}")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(path, f"expected a string, got {value!r}")
+        return value
+    raise TypeError(f"unsupported config type {tp!r} at {path}")
+
+
+T = typing.TypeVar("T")
+
+
+def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
+    """Build a config dataclass from a plain mapping, rejecting unknown fields."""
+    hints = _field_types(cls)
+    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
+    kwargs: dict[str, Any] = {}
+    for key, value in data.items():
+        full = f"{path}.{key}" if path else str(key)
+        if key not in names:
+            raise ConfigError(full, f"unknown field; allowed: {', '.join(names)}")
+        kwargs[key] = _coerce(full, hints[key], value)
+    try:
+        return cls(**kwargs)
+    except ConfigError as err:
+        if path and not err.field.startswith(path + "."):
+            raise err.prefixed(path) from None
+        raise
+
+
+def to_dict(cfg: Any) -> dict[str, Any]:
+    """Nested plain mapping of a config (tuples become lists), YAML-safe."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(v):
+            out[f.name] = to_dict(v)
+        elif isinstance(v, tuple):
+            out[f.name] = list(v)
+        else:
+            out[f.name] = v
+    return out
+
+
+def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
+    """Dotted-key mapping of every leaf field, in declaration order."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(v):
+            out.update(flatten(v, key + "."))
+        elif isinstance(v, tuple):
+            out[key] = list(v)
+        else:
+            out[key] = v
+    return out
+
+
+def flat_field_types(cls: type = RunConfig, prefix: str = "") -> dict[str, Any]:
+    """Dotted key -> Python type for every leaf of a config class (for the Parquet schema)."""
+    out: dict[str, Any] = {}
+    hints = _field_types(cls)
+    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+        tp = hints[f.name]
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp):
+            out.update(flat_field_types(tp, key + "."))
+        else:
+            out[key] = tp
+    return out
+
+
+def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``a.b.c = value`` inside nested dicts, creating levels as needed."""
+    parts = dotted.split(".")
+    cur = data
+    for p in parts[:-1]:
+        nxt = cur.setdefault(p, {})
+        if not isinstance(nxt, dict):
+            raise ConfigError(dotted, f"'{p}' is not a block of fields")
+        cur = nxt
+    cur[parts[-1]] = value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``--set a.b=value`` overrides; values are parsed with yaml.safe_load."""
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(item, "override must look like a.b=value")
+        key, raw = item.split("=", 1)
+        set_dotted(data, key.strip(), yaml.safe_load(raw))
+    return data
+
+
+def load_config_dict(path: str | Path) -> dict[str, Any]:
+    """Read a run config YAML; a sweep file's ``base:`` block is the run config."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"config file not found: {p}")
+    raw = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError("<root>", f"{p} must hold a mapping of fields")
+    if "base" in raw:
+        base = raw["base"] or {}
+        if not isinstance(base, dict):
+            raise ConfigError("base", "expected a mapping of run-config fields")
+        return dict(base)
+    return raw
+
+
+def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
+    """Load, override and validate a run config."""
+    data = load_config_dict(path)
+    apply_overrides(data, overrides or [])
+    return from_dict(RunConfig, data)

@@ -1,0 +1,298 @@
+"""Dataset registry: train / validation / test arrays for every task of ALGORITHMS.md §4.1.
+
+Each loader returns :class:`FederatedData`: the training and validation arrays, and the test
+split behind :meth:`FederatedData.test`, which loads it lazily. The engine calls it once, at the
+final round fixed in advance (§6 item 1); a split can forbid it outright (:meth:`forbid_test`)
+so a search stage provably never reads it.
+
+Images are kept in their stored dtype (uint8 for the real datasets) and normalised per batch by
+:func:`to_tensor`, so a worker never holds a float copy of the whole training set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ..rng import Purpose, generator
+
+DOWNLOAD_HINT = (
+    "run `reuse-ray fetch {name} --root {root}` on a machine with internet access and copy the "
+    "folder here, or set data.download=true where downloads are allowed"
+)
+
+
+class DatasetUnavailableError(RuntimeError):
+    """A dataset's files are missing under the data root and downloading is not allowed."""
+
+
+class TestSplitAccessError(RuntimeError):
+    """The test split was read where it is forbidden (a search stage)."""
+
+    __test__ = False  # not a pytest class
+
+
+@dataclass(frozen=True)
+class ArraySplit:
+    """Images (N, C, H, W) in their stored dtype and int64 labels (N,)."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    """What a model and the batch transform need to know about a dataset."""
+
+    name: str
+    num_classes: int
+    shape: tuple[int, int, int]
+    scale: float  # stored value -> [0, 1]
+    mean: tuple[float, ...]
+    std: tuple[float, ...]
+    augment: str  # default augmentation: "crop_flip" or "none"
+
+
+@dataclass
+class FederatedData:
+    """Train/val arrays and a lazily loaded test split."""
+
+    info: DatasetInfo
+    train: ArraySplit
+    val: ArraySplit
+    _load_test: Callable[[], ArraySplit] = field(repr=False)
+    _test_forbidden: bool = False
+    test_reads: int = 0
+
+    def forbid_test(self) -> None:
+        """Make any later :meth:`test` call raise: used by the validation-only search stage."""
+        self._test_forbidden = True
+
+    def test(self) -> ArraySplit:
+        """Load the test split. The engine calls this once, at the final round."""
+        if self._test_forbidden:
+            raise TestSplitAccessError(
+                f"the test split of {self.info.name!r} was read during a validation-only stage"
+            )
+        self.test_reads += 1
+        return self._load_test()
+
+
+def default_root(root: str | None) -> Path:
+    """Data root: the config field, else $REUSE_RAY_DATA, else ~/.cache/reuse_ray/data."""
+    if root:
+        return Path(root).expanduser()
+    env = os.environ.get("REUSE_RAY_DATA")
+    if env:
+        return Path(env).expanduser()
+    return Path.home() / ".cache" / "reuse_ray" / "data"
+
+
+def stratified_split(
+    y: np.ndarray, fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Split indices into (kept, carved) with ``fraction`` of every class carved out."""
+    keep: list[np.ndarray] = []
+    carve: list[np.ndarray] = []
+    for c in np.unique(y):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        n = int(round(fraction * len(idx)))
+        if len(idx) >= 2:
+            n = min(max(n, 1), len(idx) - 1)
+        else:
+            n = 0
+        carve.append(idx[:n])
+        keep.append(idx[n:])
+    return np.sort(np.concatenate(keep)), np.sort(np.concatenate(carve))
+
+
+def _carve_val(
+    x: np.ndarray, y: np.ndarray, fraction: float, split_seed: int
+) -> tuple[ArraySplit, ArraySplit]:
+    keep, val = stratified_split(y, fraction, generator(split_seed, Purpose.DATA_SPLIT, 2))
+    return ArraySplit(x[keep], y[keep]), ArraySplit(x[val], y[val])
+
+
+def _unavailable(name: str, root: Path, err: Exception | None = None) -> DatasetUnavailableError:
+    msg = f"dataset {name!r} is not available under data root {str(root)!r}; " + (
+        DOWNLOAD_HINT.format(name=name, root=root)
+    )
+    if err is not None:
+        lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+        msg += f" (loader said: {lines[0] if lines else type(err).__name__})"
+    return DatasetUnavailableError(msg)
+
+
+# --------------------------------------------------------------------------- embedded / synthetic
+
+
+def _digits(cfg) -> FederatedData:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = d.images.astype(np.uint8)[:, None, :, :]  # values 0..16
+    y = d.target.astype(np.int64)
+    rest, test = stratified_split(y, 0.2, generator(cfg.split_seed, Purpose.DATA_SPLIT, 1))
+    train, val = _carve_val(x[rest], y[rest], cfg.val_fraction, cfg.split_seed)
+    info = DatasetInfo("digits", 10, (1, 8, 8), 1 / 16, (0.30,), (0.40,), "none")
+    xt, yt = x[test], y[test]
+    return FederatedData(info, train, val, lambda: ArraySplit(xt, yt))
+
+
+def _synthetic(cfg) -> FederatedData:
+    rng = generator(cfg.split_seed, Purpose.SYNTHETIC_DATA)
+    shape = tuple(cfg.synthetic_shape)
+    k = cfg.synthetic_classes
+    templates = rng.standard_normal((k, *shape)).astype(np.float32)
+    y = rng.integers(0, k, size=cfg.synthetic_samples).astype(np.int64)
+    noise = rng.standard_normal((cfg.synthetic_samples, *shape)).astype(np.float32)
+    x = templates[y] + np.float32(cfg.synthetic_noise) * noise
+    rest, test = stratified_split(y, 0.2, generator(cfg.split_seed, Purpose.DATA_SPLIT, 1))
+    train, val = _carve_val(x[rest], y[rest], cfg.val_fraction, cfg.split_seed)
+    info = DatasetInfo(
+        "synthetic", k, shape, 1.0, (0.0,) * shape[0], (1.0,) * shape[0], "none"
+    )  # type: ignore[arg-type]
+    xt, yt = x[test], y[test]
+    return FederatedData(info, train, val, lambda: ArraySplit(xt, yt))
+
+
+# --------------------------------------------------------------------------- torchvision
+
+
+def _tv_arrays(name: str, root: Path, train: bool, download: bool) -> ArraySplit:
+    import torchvision.datasets as tvd
+
+    try:
+        if name == "mnist":
+            ds = tvd.MNIST(str(root), train=train, download=download)
+        elif name == "fashionmnist":
+            ds = tvd.FashionMNIST(str(root), train=train, download=download)
+        elif name == "emnist_balanced":
+            ds = tvd.EMNIST(str(root), split="balanced", train=train, download=download)
+        elif name == "cifar10":
+            ds = tvd.CIFAR10(str(root), train=train, download=download)
+        elif name == "cifar100":
+            ds = tvd.CIFAR100(str(root), train=train, download=download)
+        else:  # pragma: no cover - guarded by the registry
+            raise KeyError(name)
+    except (RuntimeError, OSError) as err:
+        raise _unavailable(name, root, err) from None
+    if name.startswith("cifar"):
+        x = np.ascontiguousarray(np.asarray(ds.data, dtype=np.uint8).transpose(0, 3, 1, 2))
+        y = np.asarray(ds.targets, dtype=np.int64)
+    else:
+        x = ds.data.numpy().astype(np.uint8)
+        if name == "emnist_balanced":
+            x = np.ascontiguousarray(x.transpose(0, 2, 1))  # EMNIST is stored transposed
+        x = x[:, None, :, :]
+        y = ds.targets.numpy().astype(np.int64)
+    return ArraySplit(x, y)
+
+
+_TV_INFO = {
+    "mnist": DatasetInfo("mnist", 10, (1, 28, 28), 1 / 255, (0.1307,), (0.3081,), "none"),
+    "fashionmnist": DatasetInfo(
+        "fashionmnist", 10, (1, 28, 28), 1 / 255, (0.2860,), (0.3530,), "none"
+    ),
+    "emnist_balanced": DatasetInfo(
+        "emnist_balanced", 47, (1, 28, 28), 1 / 255, (0.1751,), (0.3332,), "none"
+    ),
+    "cifar10": DatasetInfo(
+        "cifar10", 10, (3, 32, 32), 1 / 255, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
+        "crop_flip",
+    ),
+    "cifar100": DatasetInfo(
+        "cifar100", 100, (3, 32, 32), 1 / 255, (0.5071, 0.4865, 0.4409),
+        (0.2673, 0.2564, 0.2762), "crop_flip",
+    ),
+}
+
+
+def _torchvision(cfg) -> FederatedData:
+    root = default_root(cfg.root)
+    full = _tv_arrays(cfg.name, root, train=True, download=cfg.download)
+    train, val = _carve_val(full.x, full.y, cfg.val_fraction, cfg.split_seed)
+    name, download = cfg.name, cfg.download
+    return FederatedData(
+        _TV_INFO[cfg.name], train, val, lambda: _tv_arrays(name, root, False, download)
+    )
+
+
+# --------------------------------------------------------------------------- medmnist
+
+
+def _medmnist_arrays(root: Path, split: str, size: int, download: bool) -> ArraySplit:
+    import medmnist
+
+    kwargs = {"split": split, "root": str(root), "download": download}
+    if size != 28:
+        kwargs["size"] = size
+    try:
+        ds = medmnist.PathMNIST(**kwargs)
+    except (RuntimeError, OSError, FileNotFoundError) as err:
+        raise _unavailable("pathmnist", root, err) from None
+    imgs = np.asarray(ds.imgs, dtype=np.uint8)
+    if imgs.ndim == 3:
+        imgs = imgs[:, :, :, None]
+    x = np.ascontiguousarray(imgs.transpose(0, 3, 1, 2))
+    y = np.asarray(ds.labels, dtype=np.int64).reshape(-1)
+    return ArraySplit(x, y)
+
+
+def _pathmnist(cfg) -> FederatedData:
+    root = default_root(cfg.root)
+    root.mkdir(parents=True, exist_ok=True) if cfg.download else None
+    train = _medmnist_arrays(root, "train", cfg.image_size, cfg.download)
+    val = _medmnist_arrays(root, "val", cfg.image_size, cfg.download)  # its own val split
+    s = cfg.image_size
+    info = DatasetInfo(
+        "pathmnist", 9, (3, s, s), 1 / 255, (0.7405, 0.5330, 0.7058), (0.1237, 0.1768, 0.1244),
+        "none",
+    )
+    size, download = cfg.image_size, cfg.download
+    return FederatedData(info, train, val, lambda: _medmnist_arrays(root, "test", size, download))
+
+
+LOADERS: dict[str, Callable] = {
+    "digits": _digits,
+    "synthetic": _synthetic,
+    "mnist": _torchvision,
+    "fashionmnist": _torchvision,
+    "emnist_balanced": _torchvision,
+    "cifar10": _torchvision,
+    "cifar100": _torchvision,
+    "pathmnist": _pathmnist,
+}
+
+
+def load_dataset(cfg) -> FederatedData:
+    """Load a dataset by ``cfg.name`` (a :class:`reuse_ray.config.DataConfig`)."""
+    try:
+        loader = LOADERS[cfg.name]
+    except KeyError:
+        raise ValueError(
+            f"data.name: unknown dataset {cfg.name!r}; allowed: {', '.join(LOADERS)}"
+        ) from None
+    return loader(cfg)
+
+
+def fetch(name: str, root: str | None, image_size: int = 28) -> Path:
+    """Download a dataset's train and test files into the data root (needs internet)."""
+    r = default_root(root)
+    r.mkdir(parents=True, exist_ok=True)
+    if name in _TV_INFO:
+        _tv_arrays(name, r, True, True)
+        _tv_arrays(name, r, False, True)
+    elif name == "pathmnist":
+        for split in ("train", "val", "test"):
+            _medmnist_arrays(r, split, image_size, True)
+    elif name not in ("digits", "synthetic"):
+        raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(LOADERS)}")
+    return r

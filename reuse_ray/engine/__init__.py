@@ -1,0 +1,19 @@
+"""The round loop and the backends it runs on (ALGORITHMS.md §1.5); no Ray imports here."""
+
+from .backend import Backend, ClientError, ClientOutcome, ClientWorker, RunSetup
+from .local import LocalBackend
+from .loop import RunSummary, prepare_data, run_fl
+from .sampling import uniform_selection
+
+__all__ = [
+    "Backend",
+    "ClientError",
+    "ClientOutcome",
+    "ClientWorker",
+    "LocalBackend",
+    "RunSetup",
+    "RunSummary",
+    "prepare_data",
+    "run_fl",
+    "uniform_selection",
+]

@@ -1,0 +1,120 @@
+"""The ``Backend`` protocol and the client worker every backend runs (ARCHITECTURE.md).
+
+A backend receives the run's static inputs once (:class:`RunSetup`) and then, each round, the
+global vector and the fresh-work tasks; it returns one :class:`ClientOutcome` per task, sorted by
+client id. The worker does all client-side work — local training, the uplink codec and its
+serialization — so only the encoded message travels back, and its length is the measured uplink.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+import torch
+
+from ..algorithms.base import ClientTask
+from ..codecs import encode, topk_sparsify
+from ..config import RunConfig
+from ..data.registry import ArraySplit, DatasetInfo
+from ..models import init_model
+from ..state import StateLayout, int_buffers
+from ..training import configure_determinism, local_update
+
+
+@dataclass(frozen=True)
+class RunSetup:
+    """Everything client work needs, sent to workers once per run."""
+
+    cfg: RunConfig
+    info: DatasetInfo
+    train: ArraySplit
+    partitions: tuple[np.ndarray, ...]
+    model_name: str
+
+    @property
+    def augment(self) -> str:
+        a = self.cfg.train.augment
+        return self.info.augment if a == "auto" else a
+
+
+@dataclass(frozen=True)
+class ClientOutcome:
+    """What a client sends back after fresh work: the encoded uplink message and diagnostics."""
+
+    client: int
+    round: int
+    num_samples: int
+    message: bytes
+    mean_loss: float
+    steps: int
+    finite: bool
+    wall_s: float
+
+
+class ClientError(RuntimeError):
+    """Client work failed; names the client, the round and the stage."""
+
+    def __init__(self, client: int, round_: int, stage: str, cause: BaseException):
+        self.client, self.round, self.stage = client, round_, stage
+        super().__init__(
+            f"client {client} failed in round {round_} during {stage}: "
+            f"{type(cause).__name__}: {cause}"
+        )
+
+
+class ClientWorker:
+    """Holds one model instance and the training data; runs tasks on request."""
+
+    def __init__(self, setup: RunSetup, device: str = "cpu"):
+        cfg = setup.cfg
+        configure_determinism(cfg.train.threads)
+        self.setup = setup
+        self.device = device
+        self.model = init_model(
+            setup.model_name, setup.info.shape, setup.info.num_classes, cfg.seed, cfg.model.hidden
+        )
+        self.layout = StateLayout.from_model(self.model)
+        self.int_buffers = int_buffers(self.model)
+
+    def run(self, task: ClientTask, w: torch.Tensor) -> ClientOutcome:
+        s, tc = self.setup, self.setup.cfg.train
+        start = time.perf_counter()
+        try:
+            idx = s.partitions[task.client]
+            res = local_update(
+                self.model, self.layout, w, self.int_buffers, s.train, idx, s.info,
+                seed=s.cfg.seed, round_=task.round, client=task.client, epochs=tc.epochs,
+                batch_size=tc.batch_size, lr=tc.lr, momentum=tc.momentum,
+                weight_decay=tc.weight_decay, mu=task.mu, augment=s.augment, amp=tc.amp,
+                device=self.device,
+            )
+        except Exception as err:
+            raise ClientError(task.client, task.round, "local training", err) from err
+        try:
+            upd = topk_sparsify(res.delta, self.layout, task.topk_ratio)
+            msg = encode(upd, self.layout, round_=task.round, client=task.client,
+                         num_samples=len(idx))
+        except Exception as err:
+            raise ClientError(task.client, task.round, "encoding", err) from err
+        return ClientOutcome(
+            task.client, task.round, len(idx), msg, res.mean_loss, res.steps, res.finite,
+            time.perf_counter() - start,
+        )
+
+
+class Backend(Protocol):
+    """How client work is executed; the round loop is the same for every backend."""
+
+    name: str
+
+    def start(self, setup: RunSetup) -> None: ...
+
+    def run_clients(
+        self, w: torch.Tensor, tasks: Sequence[ClientTask]
+    ) -> list[ClientOutcome]: ...
+
+    def close(self) -> None: ...

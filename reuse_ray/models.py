@@ -1,0 +1,79 @@
+"""Models of ALGORITHMS.md §4.1: the shallow CNN and torchvision ResNet-18, and the head rule.
+
+The head (§2.3.4) is every parameter whose name contains ``classifier`` or ``fc``. The shallow
+CNN names only its final linear layer ``fc``; its hidden linear layer is ``hidden``, so the head
+is the last layer alone. torchvision's ResNet-18 head is ``fc.weight`` and ``fc.bias``.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .rng import Purpose, torch_seed
+
+HEAD_KEYS = ("classifier", "fc")
+
+
+class ShallowCNN(nn.Module):
+    """Two 5x5 conv + max-pool blocks, one hidden linear layer and the ``fc`` head."""
+
+    def __init__(self, in_channels: int, num_classes: int, height: int, width: int, hidden: int):
+        super().__init__()
+        self.conv1 = nn.Conv2d(in_channels, 32, kernel_size=5, padding=2)
+        self.conv2 = nn.Conv2d(32, 64, kernel_size=5, padding=2)
+        self.pool = nn.MaxPool2d(2)
+        h, w = height // 4, width // 4
+        if h < 1 or w < 1:
+            raise ValueError(f"model: input {height}x{width} is too small for the shallow CNN")
+        self.hidden = nn.Linear(64 * h * w, hidden)
+        self.fc = nn.Linear(hidden, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.pool(torch.relu(self.conv1(x)))
+        x = self.pool(torch.relu(self.conv2(x)))
+        x = torch.relu(self.hidden(x.flatten(1)))
+        return self.fc(x)
+
+
+def resnet18(in_channels: int, num_classes: int) -> nn.Module:
+    """torchvision ResNet-18 (ImageNet stem, as in the seed), input channels adapted."""
+    import torchvision
+
+    model = torchvision.models.resnet18(weights=None, num_classes=num_classes)
+    if in_channels != 3:
+        model.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
+    return model
+
+
+def resolve_model_name(model_name: str, dataset: str) -> str:
+    """``auto`` means ResNet-18 for CIFAR and the shallow CNN otherwise (§4.1)."""
+    if model_name != "auto":
+        return model_name
+    return "resnet18" if dataset.startswith("cifar") else "cnn"
+
+
+def build_model(
+    name: str, shape: tuple[int, int, int], num_classes: int, hidden: int = 128
+) -> nn.Module:
+    """Construct a model for input ``shape`` = (C, H, W); weights use torch's default init."""
+    c, h, w = shape
+    if name == "cnn":
+        return ShallowCNN(c, num_classes, h, w, hidden)
+    if name == "resnet18":
+        return resnet18(c, num_classes)
+    raise ValueError(f"model.name: unknown model {name!r}; allowed: auto, cnn, resnet18")
+
+
+def init_model(
+    name: str, shape: tuple[int, int, int], num_classes: int, seed: int, hidden: int = 128
+) -> nn.Module:
+    """Build a model whose initial weights come from the keyed ``model_init`` stream (§1.6)."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(torch_seed(seed, Purpose.MODEL_INIT))
+        return build_model(name, shape, num_classes, hidden)
+
+
+def head_parameter_names(model: nn.Module) -> list[str]:
+    """Names of the head parameters: those containing 'classifier' or 'fc' (§2.3.4)."""
+    return [n for n, _ in model.named_parameters() if any(k in n for k in HEAD_KEYS)]

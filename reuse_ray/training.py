@@ -1,0 +1,153 @@
+"""Local training ``ClientUpdate`` and evaluation (ALGORITHMS.md §1.3).
+
+One function, :func:`local_update`, serves every method: SGD with momentum and weight decay from a
+fresh optimizer, the optional FedProx proximal term μ (§2.2), an optional per-parameter gradient
+correction (SCAFFOLD, §2.9) and train-mode augmentation, with shuffles and augmentation drawn from
+the keyed streams ``train_shuffle`` and ``augment`` of (seed, round, client) (§1.6).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .data.registry import ArraySplit, DatasetInfo
+from .data.transforms import crop_flip, to_tensor
+from .rng import Purpose, torch_generator
+from .state import StateLayout
+
+
+@dataclass(frozen=True)
+class LocalResult:
+    """What one client's local training produced."""
+
+    delta: torch.Tensor  # Δ = w_local − w (fp32, flat)
+    mean_loss: float  # mean training loss over all local steps
+    steps: int  # optimizer steps taken
+    finite: bool  # False when a loss or the update became non-finite
+
+
+def configure_determinism(threads: int) -> None:
+    """Fixed thread count and deterministic kernels, so results do not depend on the machine."""
+    torch.set_num_threads(threads)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.backends.cudnn.benchmark = False
+
+
+def _autocast(device: torch.device, amp: bool):
+    if amp and device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.float16)
+    return contextlib.nullcontext()
+
+
+def local_update(
+    model: nn.Module,
+    layout: StateLayout,
+    w: torch.Tensor,
+    int_buffers: dict[str, torch.Tensor],
+    data: ArraySplit,
+    indices: np.ndarray,
+    info: DatasetInfo,
+    *,
+    seed: int,
+    round_: int,
+    client: int,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    momentum: float,
+    weight_decay: float,
+    mu: float = 0.0,
+    correction: dict[str, torch.Tensor] | None = None,
+    augment: str = "none",
+    amp: bool = True,
+    device: torch.device | str = "cpu",
+) -> LocalResult:
+    """ClientUpdate(i, w, μ, correction) of §1.3; returns Δ = w_local − w in fp32."""
+    device = torch.device(device)
+    layout.load(model, w)
+    sd = model.state_dict()
+    with torch.no_grad():
+        for name, buf in int_buffers.items():
+            sd[name].copy_(buf)
+    model.to(device)
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    anchors = [p.detach().clone() for p in params] if mu > 0 else None
+    named = dict(model.named_parameters())
+    shuffle_gen = torch_generator(seed, Purpose.TRAIN_SHUFFLE, round_, client)
+    aug_gen = torch_generator(seed, Purpose.AUGMENT, round_, client)
+    scaler = torch.amp.GradScaler("cuda") if (amp and device.type == "cuda") else None
+    n = len(indices)
+    total_loss, steps, finite = 0.0, 0, True
+    for _ in range(epochs):
+        perm = torch.randperm(n, generator=shuffle_gen).numpy()
+        for start in range(0, n, batch_size):
+            batch = indices[perm[start : start + batch_size]]
+            x = to_tensor(data.x[batch], info)
+            if augment == "crop_flip":
+                x = crop_flip(x, aug_gen)
+            x = x.to(device)
+            y = torch.from_numpy(data.y[batch]).to(device)
+            opt.zero_grad(set_to_none=True)
+            with _autocast(device, amp):
+                loss = nn.functional.cross_entropy(model(x), y)
+            if anchors is not None:
+                prox = sum(((p - a) ** 2).sum() for p, a in zip(params, anchors, strict=True))
+                loss = loss + (mu / 2) * prox
+            if scaler is not None:
+                scaler.scale(loss).backward()
+                scaler.unscale_(opt)
+            else:
+                loss.backward()
+            if correction is not None:
+                for name, c in correction.items():
+                    named[name].grad.add_(c.to(device))
+            if scaler is not None:
+                scaler.step(opt)
+                scaler.update()
+            else:
+                opt.step()
+            lv = float(loss.detach())
+            if not math.isfinite(lv):
+                finite = False
+            total_loss += lv
+            steps += 1
+    model.to("cpu")
+    delta = layout.flatten(model) - w
+    if not bool(torch.isfinite(delta).all()):
+        finite = False
+    return LocalResult(delta, total_loss / max(steps, 1), steps, finite)
+
+
+@torch.no_grad()
+def evaluate(
+    model: nn.Module,
+    layout: StateLayout,
+    w: torch.Tensor,
+    split: ArraySplit,
+    info: DatasetInfo,
+    batch_size: int = 1024,
+    device: torch.device | str = "cpu",
+) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) of state ``w`` on ``split``, in eval mode."""
+    device = torch.device(device)
+    layout.load(model, w)
+    model.to(device)
+    model.eval()
+    correct, loss_sum = 0, 0.0
+    for start in range(0, len(split), batch_size):
+        x = to_tensor(split.x[start : start + batch_size], info).to(device)
+        y = torch.from_numpy(split.y[start : start + batch_size]).to(device)
+        out = model(x).float()
+        loss_sum += float(nn.functional.cross_entropy(out, y, reduction="sum"))
+        correct += int((out.argmax(1) == y).sum())
+    model.to("cpu")
+    n = max(len(split), 1)
+    return correct / n, loss_sum / n
