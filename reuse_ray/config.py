@@ -104,7 +104,9 @@ class DataConfig:
         _check_choice("image_size", str(self.image_size), ("28", "64", "128", "224"))
         _check_range("synthetic_samples", self.synthetic_samples, 20)
         if len(self.synthetic_shape) != 3 or min(self.synthetic_shape) < 1:
-            raise ConfigError("synthetic_shape", f"{self.synthetic_shape!r}; allowed: [C, H, W] >= 1")
+            raise ConfigError(
+                "synthetic_shape", f"{self.synthetic_shape!r}; allowed: [C, H, W] >= 1"
+            )
         _check_range("synthetic_classes", self.synthetic_classes, 2)
         _check_range("synthetic_noise", self.synthetic_noise, 0.0)
 

@@ -45,6 +45,22 @@ def _autocast(device: torch.device, amp: bool):
     return contextlib.nullcontext()
 
 
+def has_batchnorm(model: nn.Module) -> bool:
+    return any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in model.modules())
+
+
+def batch_starts(n: int, batch_size: int, merge_singleton: bool) -> list[tuple[int, int]]:
+    """(start, stop) of each mini-batch, drop_last=False.
+
+    BatchNorm cannot train on a batch of one sample, so with ``merge_singleton`` a trailing
+    one-sample batch joins the batch before it [CHOICE]; otherwise batches are plain slices.
+    """
+    spans = [(s, min(s + batch_size, n)) for s in range(0, n, batch_size)]
+    if merge_singleton and len(spans) > 1 and spans[-1][1] - spans[-1][0] == 1:
+        spans[-2:] = [(spans[-2][0], n)]
+    return spans
+
+
 def local_update(
     model: nn.Module,
     layout: StateLayout,
@@ -85,11 +101,12 @@ def local_update(
     aug_gen = torch_generator(seed, Purpose.AUGMENT, round_, client)
     scaler = torch.amp.GradScaler("cuda") if (amp and device.type == "cuda") else None
     n = len(indices)
+    starts = batch_starts(n, batch_size, has_batchnorm(model))
     total_loss, steps, finite = 0.0, 0, True
     for _ in range(epochs):
         perm = torch.randperm(n, generator=shuffle_gen).numpy()
-        for start in range(0, n, batch_size):
-            batch = indices[perm[start : start + batch_size]]
+        for start, stop in starts:
+            batch = indices[perm[start:stop]]
             x = to_tensor(data.x[batch], info)
             if augment == "crop_flip":
                 x = crop_flip(x, aug_gen)

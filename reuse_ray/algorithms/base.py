@@ -84,9 +84,7 @@ def sample_weights(clients: list[int], num_samples: dict[int, int]) -> dict[int,
     return {i: num_samples[i] / total for i in clients} if total else {}
 
 
-def weighted_sum(
-    contributions: list[tuple[float, SparseUpdate]], dim: int
-) -> torch.Tensor:
+def weighted_sum(contributions: list[tuple[float, SparseUpdate]], dim: int) -> torch.Tensor:
     """Σ weight·u in fp32, accumulated in the order given (callers sort by client id)."""
     acc = torch.zeros(dim, dtype=torch.float32)
     for weight, upd in contributions:

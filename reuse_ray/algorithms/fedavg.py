@@ -11,8 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import FreshUpdate, RoundPlan, StepResult, sample_weights, weighted_sum
-from .base import ClientTask
+from .base import ClientTask, FreshUpdate, RoundPlan, StepResult, sample_weights, weighted_sum
 
 
 def fedavg_aggregate(

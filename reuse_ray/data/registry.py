@@ -156,9 +156,7 @@ def _synthetic(cfg) -> FederatedData:
     x = templates[y] + np.float32(cfg.synthetic_noise) * noise
     rest, test = stratified_split(y, 0.2, generator(cfg.split_seed, Purpose.DATA_SPLIT, 1))
     train, val = _carve_val(x[rest], y[rest], cfg.val_fraction, cfg.split_seed)
-    info = DatasetInfo(
-        "synthetic", k, shape, 1.0, (0.0,) * shape[0], (1.0,) * shape[0], "none"
-    )  # type: ignore[arg-type]
+    info = DatasetInfo("synthetic", k, shape, 1.0, (0.0,) * shape[0], (1.0,) * shape[0], "none")  # type: ignore[arg-type]
     xt, yt = x[test], y[test]
     return FederatedData(info, train, val, lambda: ArraySplit(xt, yt))
 
@@ -205,12 +203,22 @@ _TV_INFO = {
         "emnist_balanced", 47, (1, 28, 28), 1 / 255, (0.1751,), (0.3332,), "none"
     ),
     "cifar10": DatasetInfo(
-        "cifar10", 10, (3, 32, 32), 1 / 255, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
+        "cifar10",
+        10,
+        (3, 32, 32),
+        1 / 255,
+        (0.4914, 0.4822, 0.4465),
+        (0.2470, 0.2435, 0.2616),
         "crop_flip",
     ),
     "cifar100": DatasetInfo(
-        "cifar100", 100, (3, 32, 32), 1 / 255, (0.5071, 0.4865, 0.4409),
-        (0.2673, 0.2564, 0.2762), "crop_flip",
+        "cifar100",
+        100,
+        (3, 32, 32),
+        1 / 255,
+        (0.5071, 0.4865, 0.4409),
+        (0.2673, 0.2564, 0.2762),
+        "crop_flip",
     ),
 }
 
@@ -253,7 +261,12 @@ def _pathmnist(cfg) -> FederatedData:
     val = _medmnist_arrays(root, "val", cfg.image_size, cfg.download)  # its own val split
     s = cfg.image_size
     info = DatasetInfo(
-        "pathmnist", 9, (3, s, s), 1 / 255, (0.7405, 0.5330, 0.7058), (0.1237, 0.1768, 0.1244),
+        "pathmnist",
+        9,
+        (3, s, s),
+        1 / 255,
+        (0.7405, 0.5330, 0.7058),
+        (0.1237, 0.1768, 0.1244),
         "none",
     )
     size, download = cfg.image_size, cfg.download

@@ -86,22 +86,43 @@ class ClientWorker:
         try:
             idx = s.partitions[task.client]
             res = local_update(
-                self.model, self.layout, w, self.int_buffers, s.train, idx, s.info,
-                seed=s.cfg.seed, round_=task.round, client=task.client, epochs=tc.epochs,
-                batch_size=tc.batch_size, lr=tc.lr, momentum=tc.momentum,
-                weight_decay=tc.weight_decay, mu=task.mu, augment=s.augment, amp=tc.amp,
+                self.model,
+                self.layout,
+                w,
+                self.int_buffers,
+                s.train,
+                idx,
+                s.info,
+                seed=s.cfg.seed,
+                round_=task.round,
+                client=task.client,
+                epochs=tc.epochs,
+                batch_size=tc.batch_size,
+                lr=tc.lr,
+                momentum=tc.momentum,
+                weight_decay=tc.weight_decay,
+                mu=task.mu,
+                augment=s.augment,
+                amp=tc.amp,
                 device=self.device,
             )
         except Exception as err:
             raise ClientError(task.client, task.round, "local training", err) from err
         try:
             upd = topk_sparsify(res.delta, self.layout, task.topk_ratio)
-            msg = encode(upd, self.layout, round_=task.round, client=task.client,
-                         num_samples=len(idx))
+            msg = encode(
+                upd, self.layout, round_=task.round, client=task.client, num_samples=len(idx)
+            )
         except Exception as err:
             raise ClientError(task.client, task.round, "encoding", err) from err
         return ClientOutcome(
-            task.client, task.round, len(idx), msg, res.mean_loss, res.steps, res.finite,
+            task.client,
+            task.round,
+            len(idx),
+            msg,
+            res.mean_loss,
+            res.steps,
+            res.finite,
             time.perf_counter() - start,
         )
 
@@ -113,8 +134,6 @@ class Backend(Protocol):
 
     def start(self, setup: RunSetup) -> None: ...
 
-    def run_clients(
-        self, w: torch.Tensor, tasks: Sequence[ClientTask]
-    ) -> list[ClientOutcome]: ...
+    def run_clients(self, w: torch.Tensor, tasks: Sequence[ClientTask]) -> list[ClientOutcome]: ...
 
     def close(self) -> None: ...

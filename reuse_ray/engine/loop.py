@@ -58,7 +58,12 @@ def prepare_data(cfg: RunConfig) -> tuple[FederatedData, list[np.ndarray]]:
     data = load_dataset(cfg.data)
     p = cfg.partition
     parts = make_partition(
-        data.train.y, cfg.fl.num_clients, p.kind, cfg.seed, p.alpha, p.min_size,
+        data.train.y,
+        cfg.fl.num_clients,
+        p.kind,
+        cfg.seed,
+        p.alpha,
+        p.min_size,
         p.shards_per_client,
     )
     return data, parts
@@ -84,7 +89,12 @@ def run_fl(
     else:
         p = cfg.partition
         parts = make_partition(
-            data.train.y, cfg.fl.num_clients, p.kind, cfg.seed, p.alpha, p.min_size,
+            data.train.y,
+            cfg.fl.num_clients,
+            p.kind,
+            cfg.seed,
+            p.alpha,
+            p.min_size,
             p.shards_per_client,
         )
     info = data.info
@@ -100,22 +110,40 @@ def run_fl(
 
     counts = class_counts(parts, data.train.y, info.num_classes)
     for i, p in enumerate(parts):
-        writer.add("clients", {"run_id": run_id, "seed": cfg.seed, "client_id": i,
-                               "num_samples": len(p), "class_counts": counts[i].tolist()})
+        writer.add(
+            "clients",
+            {
+                "run_id": run_id,
+                "seed": cfg.seed,
+                "client_id": i,
+                "num_samples": len(p),
+                "class_counts": counts[i].tolist(),
+            },
+        )
 
     run_row: dict[str, Any] = {
-        "run_id": run_id, "seed": cfg.seed, "status": "running", "error": None,
-        "dataset": cfg.data.name, "model": model_name, "backend": backend.name,
-        "rounds_planned": cfg.fl.rounds, "rounds_completed": 0, "num_params": layout.dim,
-        "dense_bytes": b0, "started_at": started_at,
+        "run_id": run_id,
+        "seed": cfg.seed,
+        "status": "running",
+        "error": None,
+        "dataset": cfg.data.name,
+        "model": model_name,
+        "backend": backend.name,
+        "rounds_planned": cfg.fl.rounds,
+        "rounds_completed": 0,
+        "num_params": layout.dim,
+        "dense_bytes": b0,
+        "started_at": started_at,
         "config_json": json.dumps(to_dict(cfg), sort_keys=True),
         **{f"cfg.{k}": v for k, v in flatten(cfg).items()},
     }
     writer.set_run_row(run_row)
     writer.flush()
-    say(f"[{run_id}] {cfg.method.name} on {cfg.data.name}/{model_name}: "
+    say(
+        f"[{run_id}] {cfg.method.name} on {cfg.data.name}/{model_name}: "
         f"{cfg.fl.num_clients} clients, {cfg.fl.clients_per_round}/round, {cfg.fl.rounds} rounds, "
-        f"d={layout.dim:,} (B0={_fmt_bytes(b0)}), backend={backend.name}")
+        f"d={layout.dim:,} (B0={_fmt_bytes(b0)}), backend={backend.name}"
+    )
 
     cum = RoundBytes()
     total_steps = 0
@@ -136,9 +164,11 @@ def run_fl(
                 dec = decode(o.message, layout)
                 fresh[o.client] = FreshUpdate(o.client, o.num_samples, dec.update)
                 per_client[o.client] = {
-                    "train_loss": o.mean_loss, "local_steps": o.steps,
+                    "train_loss": o.mean_loss,
+                    "local_steps": o.steps,
                     "up_restricted": restricted_bytes_of(dec.update, layout),
-                    "up_measured": len(o.message), "wall_s": o.wall_s,
+                    "up_measured": len(o.message),
+                    "wall_s": o.wall_s,
                 }
                 total_steps += o.steps
                 diverged |= not o.finite
@@ -168,7 +198,9 @@ def run_fl(
             w, state = step.w, step.state
             completed = t
             total_steps_round = sum(per_client[i].get("local_steps", 0) for i in selected)
-            losses = [per_client[i]["train_loss"] for i in selected if "train_loss" in per_client[i]]
+            losses = [
+                per_client[i]["train_loss"] for i in selected if "train_loss" in per_client[i]
+            ]
             val = None
             if t == 1 or t % cfg.fl.eval_every == 0 or t == cfg.fl.rounds:
                 val = evaluate(model, layout, w, data.val, info, cfg.train.eval_batch_size)
@@ -176,42 +208,68 @@ def run_fl(
             wall = time.perf_counter() - t0
             num_reused = sum(1 for i in selected if plan.decisions[i] == "reused")
             num_fresh = sum(1 for i in selected if plan.decisions[i] == "fresh")
-            writer.add("rounds", {
-                "run_id": run_id, "seed": cfg.seed, "round": t, "num_selected": len(selected),
-                "num_fresh": num_fresh, "num_reused": num_reused,
-                "train_loss": float(np.mean(losses)) if losses else None,
-                "val_acc": val[0] if val else None, "val_loss": val[1] if val else None,
-                "up_restricted": rb.up_restricted, "down_sensitivity": rb.down_sensitivity,
-                "dense_reference": rb.dense_reference, "up_measured": rb.up_measured,
-                "down_measured": rb.down_measured,
-                "cum_up_restricted": cum.up_restricted,
-                "cum_down_sensitivity": cum.down_sensitivity,
-                "cum_dense_reference": cum.dense_reference, "cum_up_measured": cum.up_measured,
-                "cum_down_measured": cum.down_measured,
-                "saving_restricted": rb.saving_restricted,
-                "cum_saving_restricted": cum.saving_restricted,
-                "cum_saving_bidirectional": cum.saving_bidirectional,
-                "client_steps": total_steps_round, "update_norm": update_norm,
-                "round_wall_s": wall,
-            })
+            writer.add(
+                "rounds",
+                {
+                    "run_id": run_id,
+                    "seed": cfg.seed,
+                    "round": t,
+                    "num_selected": len(selected),
+                    "num_fresh": num_fresh,
+                    "num_reused": num_reused,
+                    "train_loss": float(np.mean(losses)) if losses else None,
+                    "val_acc": val[0] if val else None,
+                    "val_loss": val[1] if val else None,
+                    "up_restricted": rb.up_restricted,
+                    "down_sensitivity": rb.down_sensitivity,
+                    "dense_reference": rb.dense_reference,
+                    "up_measured": rb.up_measured,
+                    "down_measured": rb.down_measured,
+                    "cum_up_restricted": cum.up_restricted,
+                    "cum_down_sensitivity": cum.down_sensitivity,
+                    "cum_dense_reference": cum.dense_reference,
+                    "cum_up_measured": cum.up_measured,
+                    "cum_down_measured": cum.down_measured,
+                    "saving_restricted": rb.saving_restricted,
+                    "cum_saving_restricted": cum.saving_restricted,
+                    "cum_saving_bidirectional": cum.saving_bidirectional,
+                    "client_steps": total_steps_round,
+                    "update_norm": update_norm,
+                    "round_wall_s": wall,
+                },
+            )
             for i in selected:
                 pc = per_client[i]
                 g = plan.gate.get(i, {})
-                writer.add("client_events", {
-                    "run_id": run_id, "seed": cfg.seed, "round": t, "client_id": i,
-                    "decision": plan.decisions[i], "num_samples": n_samples[i],
-                    "weight": step.weights.get(i), "train_loss": pc.get("train_loss"),
-                    "local_steps": pc.get("local_steps", 0),
-                    "up_restricted": pc.get("up_restricted", 0),
-                    "up_measured": pc.get("up_measured", 0), "down_measured": pc["down_measured"],
-                    "update_norm": step.contribution_norms.get(i),
-                    "gate_score": g.get("gate_score"), "tau": g.get("tau"), "age": g.get("age"),
-                    "promoted": g.get("promoted"), "wall_s": pc.get("wall_s"),
-                })
+                writer.add(
+                    "client_events",
+                    {
+                        "run_id": run_id,
+                        "seed": cfg.seed,
+                        "round": t,
+                        "client_id": i,
+                        "decision": plan.decisions[i],
+                        "num_samples": n_samples[i],
+                        "weight": step.weights.get(i),
+                        "train_loss": pc.get("train_loss"),
+                        "local_steps": pc.get("local_steps", 0),
+                        "up_restricted": pc.get("up_restricted", 0),
+                        "up_measured": pc.get("up_measured", 0),
+                        "down_measured": pc["down_measured"],
+                        "update_norm": step.contribution_norms.get(i),
+                        "gate_score": g.get("gate_score"),
+                        "tau": g.get("tau"),
+                        "age": g.get("age"),
+                        "promoted": g.get("promoted"),
+                        "wall_s": pc.get("wall_s"),
+                    },
+                )
             val_s = f"val_acc={val[0]:.4f} val_loss={val[1]:.4f} " if val else ""
-            say(f"[{run_id}] round {t:>4}/{cfg.fl.rounds} {val_s}"
+            say(
+                f"[{run_id}] round {t:>4}/{cfg.fl.rounds} {val_s}"
                 f"fresh={num_fresh} reused={num_reused} up={_fmt_bytes(cum.up_restricted)} "
-                f"cum_saving={100 * cum.saving_restricted:.3f}% {wall:.2f}s")
+                f"cum_saving={100 * cum.saving_restricted:.3f}% {wall:.2f}s"
+            )
             if val is not None:
                 writer.flush(("rounds", "client_events"))
         else:
@@ -225,23 +283,35 @@ def run_fl(
         test = None
         if status == "finished":
             test = evaluate(model, layout, w, data.test(), info, cfg.train.eval_batch_size)
-            say(f"[{run_id}] final round {cfg.fl.rounds}: test_acc={test[0]:.4f} "
-                f"test_loss={test[1]:.4f} (test split read once)")
-        run_row.update({
-            "status": status, "error": error, "rounds_completed": completed,
-            "final_round": completed or None,
-            "final_val_acc": last_val[0] if last_val else None,
-            "final_val_loss": last_val[1] if last_val else None,
-            "test_acc": test[0] if test else None, "test_loss": test[1] if test else None,
-            "test_round": cfg.fl.rounds if test else None,
-            "cum_up_restricted": cum.up_restricted, "cum_down_sensitivity": cum.down_sensitivity,
-            "cum_dense_reference": cum.dense_reference, "cum_up_measured": cum.up_measured,
-            "cum_down_measured": cum.down_measured,
-            "cum_saving_restricted": cum.saving_restricted if cum.dense_reference else None,
-            "cum_saving_bidirectional": cum.saving_bidirectional if cum.dense_reference else None,
-            "server_memory_bytes": algo.memory_bytes(state), "client_steps": total_steps,
-            "wall_s": time.perf_counter() - t_start,
-        })
+            say(
+                f"[{run_id}] final round {cfg.fl.rounds}: test_acc={test[0]:.4f} "
+                f"test_loss={test[1]:.4f} (test split read once)"
+            )
+        run_row.update(
+            {
+                "status": status,
+                "error": error,
+                "rounds_completed": completed,
+                "final_round": completed or None,
+                "final_val_acc": last_val[0] if last_val else None,
+                "final_val_loss": last_val[1] if last_val else None,
+                "test_acc": test[0] if test else None,
+                "test_loss": test[1] if test else None,
+                "test_round": cfg.fl.rounds if test else None,
+                "cum_up_restricted": cum.up_restricted,
+                "cum_down_sensitivity": cum.down_sensitivity,
+                "cum_dense_reference": cum.dense_reference,
+                "cum_up_measured": cum.up_measured,
+                "cum_down_measured": cum.down_measured,
+                "cum_saving_restricted": cum.saving_restricted if cum.dense_reference else None,
+                "cum_saving_bidirectional": cum.saving_bidirectional
+                if cum.dense_reference
+                else None,
+                "server_memory_bytes": algo.memory_bytes(state),
+                "client_steps": total_steps,
+                "wall_s": time.perf_counter() - t_start,
+            }
+        )
         writer.set_run_row(run_row)
         writer.flush()
     return RunSummary(run_id, status, run_row, str(cfg.results_dir))

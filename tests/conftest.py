@@ -1,0 +1,138 @@
+"""Shared fixtures: tiny datasets written in their real on-disk formats, and small run configs."""
+
+from __future__ import annotations
+
+import gzip
+import os
+import pickle
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from reuse_ray.config import RunConfig, from_dict
+
+
+def write_idx(path: Path, arr: np.ndarray, compress: bool = False) -> None:
+    """Write an IDX (SN3 Pascal-Vincent) file exactly as the MNIST distribution stores it."""
+    assert arr.dtype == np.uint8
+    header = struct.pack(">I", (0x08 << 8) | arr.ndim) + b"".join(
+        struct.pack(">I", s) for s in arr.shape
+    )
+    data = header + arr.tobytes()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if compress:
+        with gzip.open(str(path) + ".gz", "wb") as f:
+            f.write(data)
+    else:
+        path.write_bytes(data)
+
+
+def tiny_images(
+    n: int, shape: tuple[int, ...], classes: int, seed: int
+) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(seed)
+    y = np.arange(n) % classes
+    x = rng.integers(0, 256, size=(n, *shape), dtype=np.uint8)
+    return x, y.astype(np.uint8)
+
+
+def write_mnist_like(
+    root: Path,
+    folder: str,
+    n_train: int = 60,
+    n_test: int = 20,
+    classes: int = 10,
+    prefix: str = "",
+) -> dict[str, np.ndarray]:
+    """torchvision layout: ROOT/<Class>/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte."""
+    raw = root / folder / "raw"
+    out = {}
+    for split, n, seed in (("train", n_train, 0), ("test", n_test, 1)):
+        x, y = tiny_images(n, (28, 28), classes, seed)
+        if prefix:
+            img = raw / f"{prefix}-{split}-images-idx3-ubyte"
+            lab = raw / f"{prefix}-{split}-labels-idx1-ubyte"
+        else:
+            tag = "train" if split == "train" else "t10k"
+            img = raw / f"{tag}-images-idx3-ubyte"
+            lab = raw / f"{tag}-labels-idx1-ubyte"
+        write_idx(img, x)
+        write_idx(lab, y)
+        out[f"{split}_x"], out[f"{split}_y"] = x, y
+    return out
+
+
+def write_cifar_like(
+    root: Path, hundred: bool = False, per_batch: int = 12, n_test: int = 20
+) -> dict[str, np.ndarray]:
+    """torchvision layout: the pickled batches of cifar-10-batches-py / cifar-100-python."""
+    classes = 100 if hundred else 10
+    folder = root / ("cifar-100-python" if hundred else "cifar-10-batches-py")
+    folder.mkdir(parents=True, exist_ok=True)
+    label_key = "fine_labels" if hundred else "labels"
+    rng = np.random.default_rng(3)
+    out: dict[str, list] = {"train_x": [], "train_y": []}
+    train_files = ["train"] if hundred else [f"data_batch_{i}" for i in range(1, 6)]
+    for name in train_files:
+        x = rng.integers(0, 256, size=(per_batch, 3 * 32 * 32), dtype=np.uint8)
+        y = [int(v) for v in rng.integers(0, classes, size=per_batch)]
+        with open(folder / name, "wb") as f:
+            pickle.dump({"data": x, label_key: y}, f)
+        out["train_x"].append(x)
+        out["train_y"].extend(y)
+    x = rng.integers(0, 256, size=(n_test, 3 * 32 * 32), dtype=np.uint8)
+    y = [int(v) for v in rng.integers(0, classes, size=n_test)]
+    with open(folder / ("test" if hundred else "test_batch"), "wb") as f:
+        pickle.dump({"data": x, label_key: y}, f)
+    meta_name, meta_key = (
+        ("meta", "fine_label_names") if hundred else ("batches.meta", "label_names")
+    )
+    with open(folder / meta_name, "wb") as f:
+        pickle.dump({meta_key: [f"c{i}" for i in range(classes)]}, f)
+    return {
+        "train_x": np.concatenate(out["train_x"]).reshape(-1, 3, 32, 32),
+        "train_y": np.asarray(out["train_y"]),
+        "test_x": x.reshape(-1, 3, 32, 32),
+        "test_y": np.asarray(y),
+    }
+
+
+def write_pathmnist(root: Path, sizes=(40, 10, 15)) -> dict[str, np.ndarray]:
+    """medmnist layout: ROOT/pathmnist.npz, {split}_images (N,28,28,3), {split}_labels (N,1)."""
+    rng = np.random.default_rng(5)
+    arrays = {}
+    for split, n in zip(("train", "val", "test"), sizes, strict=True):
+        arrays[f"{split}_images"] = rng.integers(0, 256, size=(n, 28, 28, 3), dtype=np.uint8)
+        arrays[f"{split}_labels"] = (np.arange(n) % 9).reshape(-1, 1).astype(np.uint8)
+    root.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(root / "pathmnist.npz", **arrays)
+    return arrays
+
+
+def small_config(tmp_path: Path, **overrides) -> RunConfig:
+    """A few-second FedAvg run on the embedded digits data."""
+    base = {
+        "seed": 7,
+        "data": {"name": "digits"},
+        "model": {"name": "cnn", "hidden": 32},
+        "train": {"epochs": 1, "batch_size": 32},
+        "fl": {"num_clients": 10, "clients_per_round": 4, "rounds": 3, "eval_every": 2},
+        "method": {"name": "fedavg", "topk_ratio": 0.2},
+        "results_dir": str(tmp_path / "results"),
+    }
+    for key, value in overrides.items():
+        cur = base
+        parts = key.split("__")
+        for p in parts[:-1]:
+            cur = cur.setdefault(p, {})
+        cur[parts[-1]] = value
+    return from_dict(RunConfig, base)
+
+
+@pytest.fixture(autouse=True)
+def _no_data_env(monkeypatch, tmp_path):
+    """Keep tests away from any real data root of the machine."""
+    monkeypatch.setenv("REUSE_RAY_DATA", str(tmp_path / "no-data-here"))
+    os.environ.pop("RAY_ADDRESS", None)

@@ -1,0 +1,216 @@
+"""End-to-end runs of the local engine: determinism, paired schedules, ledgers, Parquet, faults."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import small_config
+
+from reuse_ray.cli import main
+from reuse_ray.config import DataConfig, FLConfig, MethodConfig, ModelConfig
+from reuse_ray.data import load_dataset
+from reuse_ray.engine import ClientError, LocalBackend, run_fl
+from reuse_ray.results import SCHEMAS, TIMING_COLUMNS, ResultsError, read_table
+
+
+def _tables(results_dir):
+    return {t: read_table(results_dir, t) for t in ("runs", "rounds", "client_events", "clients")}
+
+
+def _metrics(df: pd.DataFrame) -> pd.DataFrame:
+    drop = [c for c in df.columns if c in TIMING_COLUMNS or c == "cfg.results_dir"]
+    return df.drop(columns=drop).sort_values(list(df.columns[:1])).reset_index(drop=True)
+
+
+def test_same_config_and_seed_give_bit_identical_parquet(tmp_path):
+    a = small_config(tmp_path / "a")
+    b = small_config(tmp_path / "b")
+    assert a.run_id == b.run_id
+    ra, rb = run_fl(a), run_fl(b)
+    assert ra.status == rb.status == "finished"
+    ta, tb = _tables(a.results_dir), _tables(b.results_dir)
+    for name in ("rounds", "client_events", "clients"):
+        pd.testing.assert_frame_equal(_metrics(ta[name]), _metrics(tb[name]), check_exact=True)
+    keep = ["final_val_acc", "test_acc", "cum_up_restricted", "cum_up_measured", "client_steps"]
+    pd.testing.assert_frame_equal(ta["runs"][keep], tb["runs"][keep], check_exact=True)
+    assert ta["rounds"]["val_acc"].notna().sum() == 3  # rounds 1, 2 and the final round 3
+
+
+def test_methods_with_one_seed_see_identical_partitions_and_schedules(tmp_path):
+    runs = {}
+    for method in ("fedavg", "fedprox", "fedadam"):
+        cfg = small_config(tmp_path, method__name=method)
+        run_fl(cfg)
+        runs[method] = cfg
+    ev = read_table(tmp_path / "results", "client_events")
+    cl = read_table(tmp_path / "results", "clients")
+    sched = {
+        m: ev[ev.method == m][["round", "client_id"]].sort_values(["round", "client_id"]).to_numpy()
+        for m in runs
+    }
+    parts = {
+        m: cl[cl.method == m].sort_values("client_id")["class_counts"].map(tuple).tolist()
+        for m in runs
+    }
+    assert np.array_equal(sched["fedavg"], sched["fedprox"])
+    assert np.array_equal(sched["fedavg"], sched["fedadam"])
+    assert parts["fedavg"] == parts["fedprox"] == parts["fedadam"]
+    assert len(sched["fedavg"]) == 3 * 4
+    # the methods did differ in what they learned
+    rounds = read_table(tmp_path / "results", "rounds")
+    finals = rounds[rounds["round"] == 3].set_index("method")["val_loss"]
+    assert finals["fedavg"] != finals["fedadam"]
+
+
+def test_topk_fedavg_cumulative_saving_and_downlink_sensitivity(tmp_path):
+    cfg = small_config(
+        tmp_path,
+        data__name="synthetic",
+        data__synthetic_shape=[1, 28, 28],
+        data__synthetic_samples=400,
+        model__hidden=128,
+        fl__rounds=2,
+        fl__eval_every=1,
+    )
+    run_fl(cfg)
+    rounds = read_table(cfg.results_dir, "rounds").sort_values("round")
+    last = rounds.iloc[-1]
+    assert 0.76875 <= last["cum_saving_restricted"] < 0.76876
+    # dense-downlink sensitivity: exactly half of the uplink saving, in integer bytes
+    up, down, ref = (
+        int(last[c]) for c in ("cum_up_restricted", "cum_down_sensitivity", "cum_dense_reference")
+    )
+    assert down == ref and (2 * ref - up - down) * 2 == (ref - up) * 2
+    assert last["cum_saving_bidirectional"] == pytest.approx(
+        last["cum_saving_restricted"] / 2, rel=1e-12
+    )
+    # the measured ledger is the field model plus real framing, both ways
+    assert (rounds["up_measured"] > rounds["up_restricted"]).all()
+    assert (rounds["down_measured"] > rounds["down_sensitivity"]).all()
+
+
+@pytest.mark.slow
+def test_resnet18_topk_run_has_the_76_88_saving(tmp_path):
+    cfg = small_config(
+        tmp_path,
+        data__name="synthetic",
+        data__synthetic_shape=[3, 32, 32],
+        data__synthetic_samples=60,
+        model__name="resnet18",
+        fl__num_clients=2,
+        fl__clients_per_round=2,
+        fl__rounds=1,
+        partition__min_size=2,
+        train__batch_size=16,
+    )
+    summary = run_fl(cfg)
+    assert summary.row["dense_bytes"] == 44_764_968
+    assert 0.76875 <= summary.row["cum_saving_restricted"] < 0.76876
+    assert summary.row["cum_saving_bidirectional"] == pytest.approx(
+        summary.row["cum_saving_restricted"] / 2, rel=1e-12
+    )
+
+
+def test_test_split_is_read_exactly_once_at_the_final_round(tmp_path):
+    cfg = small_config(tmp_path, fl__rounds=4)
+    data = load_dataset(cfg.data)
+    summary = run_fl(cfg, data=data)
+    assert data.test_reads == 1
+    assert summary.row["test_round"] == 4 and summary.row["test_acc"] is not None
+
+
+def test_rows_follow_the_declared_schema(tmp_path):
+    import pyarrow.parquet as pq
+
+    cfg = small_config(tmp_path)
+    run_fl(cfg)
+    for table, schema in SCHEMAS.items():
+        files = list((tmp_path / "results" / table).rglob("*.parquet"))
+        assert len(files) == 1
+        assert pq.read_schema(files[0]).remove_metadata().equals(schema)
+    runs = read_table(cfg.results_dir, "runs")
+    row = runs.iloc[0]
+    assert row["status"] == "finished" and row["cfg.method.topk_ratio"] == 0.2
+    ev = read_table(cfg.results_dir, "client_events")
+    assert set(ev["decision"]) == {"fresh"} and ev["gate_score"].isna().all()
+    assert (ev.groupby("round")["weight"].sum() - 1.0).abs().max() < 1e-12
+
+
+class _CrashingBackend(LocalBackend):
+    def run_clients(self, w, tasks):
+        if tasks and tasks[0].round == 3:
+            raise ClientError(tasks[0].client, 3, "local training", ValueError("corrupt data"))
+        return super().run_clients(w, tasks)
+
+
+def test_a_crash_marks_the_run_failed_and_keeps_written_rows(tmp_path):
+    cfg = small_config(tmp_path, fl__rounds=5, fl__eval_every=1)
+    with pytest.raises(ClientError, match="client .* failed in round 3"):
+        run_fl(cfg, backend=_CrashingBackend())
+    runs = read_table(cfg.results_dir, "runs")
+    assert runs.iloc[0]["status"] == "failed" and "corrupt data" in runs.iloc[0]["error"]
+    assert runs.iloc[0]["rounds_completed"] == 2 and pd.isna(runs.iloc[0]["test_acc"])
+    assert sorted(read_table(cfg.results_dir, "rounds")["round"]) == [1, 2]
+    leftovers = [p for p in (tmp_path / "results").rglob("*") if p.name.startswith(".")]
+    assert leftovers == []
+
+
+def test_divergence_is_recorded_with_last_finite_metrics(tmp_path):
+    cfg = small_config(tmp_path, train__lr=2.0, fl__rounds=6, fl__eval_every=1)
+    summary = run_fl(cfg)
+    assert summary.status == "diverged"
+    row = summary.row
+    assert row["test_acc"] is None and 1 <= row["rounds_completed"] < 6
+    assert f"round {row['rounds_completed'] + 1}" in row["error"]
+    rounds = read_table(cfg.results_dir, "rounds")
+    assert len(rounds) == row["rounds_completed"]
+    last = rounds.sort_values("round").iloc[-1]
+    assert np.isfinite(last["val_acc"]) and row["final_val_acc"] == last["val_acc"]
+
+
+def test_corrupt_parquet_gives_a_clear_error(tmp_path):
+    cfg = small_config(tmp_path, fl__rounds=1)
+    run_fl(cfg)
+    f = next((tmp_path / "results" / "rounds").rglob("*.parquet"))
+    f.write_bytes(b"not parquet at all")
+    with pytest.raises(ResultsError, match="corrupt Parquet file .*rounds"):
+        read_table(cfg.results_dir, "rounds")
+
+
+def test_plain_fedavg_learns_digits(tmp_path):
+    cfg = small_config(tmp_path)
+    cfg = dataclasses.replace(
+        cfg,
+        model=ModelConfig(name="cnn", hidden=64),
+        fl=FLConfig(num_clients=20, clients_per_round=10, rounds=15, eval_every=5),
+        train=dataclasses.replace(cfg.train, epochs=2, batch_size=16),
+        method=MethodConfig(name="fedavg", topk_ratio=1.0),
+        data=DataConfig(name="digits"),
+    )
+    summary = run_fl(cfg)
+    assert summary.row["final_val_acc"] > 0.8  # chance is 0.1
+    assert summary.row["cum_saving_restricted"] == 0.0
+
+
+def test_cli_run_and_bad_config(tmp_path, capsys):
+    rc = main(
+        [
+            "run",
+            "sweeps/quickstart.yaml",
+            "--set",
+            "fl.rounds=2",
+            "--set",
+            "train.epochs=1",
+            "--results",
+            str(tmp_path / "cli"),
+        ]
+    )
+    out = capsys.readouterr().out
+    assert rc == 0 and "round    2/2" in out and "test_acc=" in out
+    assert len(read_table(tmp_path / "cli", "rounds")) == 2
+    rc = main(["run", "sweeps/quickstart.yaml", "--set", "method.name=nope"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "method.name" in err and "allowed: fedavg" in err

@@ -1,0 +1,135 @@
+"""Local training (§1.3), FedProx (§2.2), FedAdam (§2.10), models and keyed randomness (§1.6)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from reuse_ray.algorithms import FedAdamState, fedadam_step
+from reuse_ray.config import DataConfig
+from reuse_ray.data import crop_flip, load_dataset
+from reuse_ray.models import build_model, head_parameter_names, init_model
+from reuse_ray.rng import Purpose, generator, torch_generator
+from reuse_ray.state import StateLayout, int_buffers
+from reuse_ray.training import evaluate, local_update
+
+
+@pytest.fixture(scope="module")
+def digits():
+    return load_dataset(DataConfig(name="digits"))
+
+
+def _train(model, layout, w, data, idx, **kw):
+    args = dict(
+        seed=1,
+        round_=1,
+        client=0,
+        epochs=1,
+        batch_size=len(idx),
+        lr=0.1,
+        momentum=0.0,
+        weight_decay=0.0,
+    )
+    args.update(kw)
+    return local_update(model, layout, w, int_buffers(model), data.train, idx, data.info, **args)
+
+
+def test_local_update_is_keyed_and_deterministic(digits):
+    model = init_model("cnn", (1, 8, 8), 10, seed=0, hidden=16)
+    layout = StateLayout.from_model(model)
+    w = layout.flatten(model)
+    idx = np.arange(50)
+    a = _train(model, layout, w, digits, idx, batch_size=8, epochs=2, momentum=0.9)
+    b = _train(model, layout, w, digits, idx, batch_size=8, epochs=2, momentum=0.9)
+    c = _train(model, layout, w, digits, idx, batch_size=8, epochs=2, momentum=0.9, round_=2)
+    assert torch.equal(a.delta, b.delta) and a.steps == 2 * 7 and a.finite
+    assert not torch.equal(a.delta, c.delta)  # another round, another shuffle
+
+
+def test_fedprox_gradient_includes_mu_times_distance(digits):
+    model = init_model("cnn", (1, 8, 8), 10, seed=0, hidden=16)
+    layout = StateLayout.from_model(model)
+    w = layout.flatten(model)
+    idx = np.arange(40)
+    mu, lr = 0.5, 0.1
+    one_plain = _train(model, layout, w, digits, idx, epochs=1, lr=lr)
+    one_prox = _train(model, layout, w, digits, idx, epochs=1, lr=lr, mu=mu)
+    assert torch.equal(one_plain.delta, one_prox.delta)  # zero at the first step (θ = θ_w)
+    two_plain = _train(model, layout, w, digits, idx, epochs=2, lr=lr)
+    two_prox = _train(model, layout, w, digits, idx, epochs=2, lr=lr, mu=mu)
+    # second step: g + μ(θ1 − θ_w) = g + μΔ1  ⇒  Δ2_prox − Δ2_plain = −lr·μ·Δ1
+    diff = two_prox.delta - two_plain.delta
+    assert torch.allclose(diff, -lr * mu * one_plain.delta, atol=1e-6)
+    assert diff.abs().max() > 1e-5
+
+
+def test_correction_hook_is_added_to_gradients(digits):
+    model = init_model("cnn", (1, 8, 8), 10, seed=0, hidden=16)
+    layout = StateLayout.from_model(model)
+    w = layout.flatten(model)
+    idx = np.arange(40)
+    plain = _train(model, layout, w, digits, idx, lr=0.1)
+    corr = {n: torch.full_like(p, 0.5) for n, p in model.named_parameters()}
+    corrected = _train(model, layout, w, digits, idx, lr=0.1, correction=corr)
+    # one plain SGD step: Δ_corrected − Δ_plain = −lr · c
+    assert torch.allclose(corrected.delta - plain.delta, torch.full_like(w, -0.05), atol=1e-6)
+
+
+def test_fedadam_one_round_oracle():
+    eta, b1, b2, tau, c = 0.01, 0.9, 0.99, 1e-3, 0.2
+    d = 4
+    mask = torch.tensor([True, True, True, False])
+    state = FedAdamState(torch.zeros(3), torch.full((3,), tau * tau))
+    w = torch.zeros(d)
+    w_next, new = fedadam_step(w, torch.full((d,), c), mask, state, eta, b1, b2, tau)
+    expect = eta * (1 - b1) * c / (np.sqrt((1 - b2) * c * c + b2 * tau * tau) + tau)
+    assert torch.allclose(w_next[:3], torch.full((3,), expect, dtype=torch.float32))
+    assert w_next[3].item() == pytest.approx(c)  # non-trainable float buffer: plain average
+    assert torch.allclose(new.m, torch.full((3,), (1 - b1) * c))
+
+
+def test_models_head_rule_and_shapes():
+    cnn = build_model("cnn", (1, 8, 8), 10, hidden=32)
+    assert head_parameter_names(cnn) == ["fc.weight", "fc.bias"]
+    names = [n for n, _ in cnn.named_parameters()]
+    assert not any(("fc" in n or "classifier" in n) for n in names if not n.startswith("fc."))
+    assert cnn(torch.zeros(2, 1, 8, 8)).shape == (2, 10)
+    rn = build_model("resnet18", (3, 32, 32), 10)
+    assert head_parameter_names(rn) == ["fc.weight", "fc.bias"]
+    layout = StateLayout.from_model(rn)
+    assert "bn1.running_mean" in [s.name for s in layout.tensors]
+    assert not any("num_batches_tracked" in s.name for s in layout.tensors)
+    assert int(layout.trainable_mask().sum()) == sum(p.numel() for p in rn.parameters())
+
+
+def test_model_init_is_keyed():
+    a = StateLayout.from_model(m := init_model("cnn", (1, 8, 8), 10, seed=5)).flatten(m)
+    b = StateLayout.from_model(m := init_model("cnn", (1, 8, 8), 10, seed=5)).flatten(m)
+    c = StateLayout.from_model(m := init_model("cnn", (1, 8, 8), 10, seed=6)).flatten(m)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_streams_are_independent_of_consumption_elsewhere():
+    g1 = generator(9, Purpose.SELECT, 4)
+    _ = generator(9, Purpose.TRAIN_SHUFFLE, 4, 2).random(1000)  # another purpose consumes
+    g2 = generator(9, Purpose.SELECT, 4)
+    assert np.array_equal(g1.random(5), g2.random(5))
+    assert not np.array_equal(
+        generator(9, Purpose.SELECT, 4).random(3), generator(9, Purpose.SELECT, 5).random(3)
+    )
+
+
+def test_crop_flip_is_keyed():
+    x = torch.arange(2 * 3 * 8 * 8, dtype=torch.float32).view(2, 3, 8, 8)
+    a = crop_flip(x, torch_generator(1, Purpose.AUGMENT, 1, 0))
+    b = crop_flip(x, torch_generator(1, Purpose.AUGMENT, 1, 0))
+    c = crop_flip(x, torch_generator(1, Purpose.AUGMENT, 1, 1))
+    assert torch.equal(a, b) and not torch.equal(a, c) and a.shape == x.shape
+
+
+def test_evaluate_reports_accuracy_and_loss(digits):
+    model = init_model("cnn", (1, 8, 8), 10, seed=0, hidden=16)
+    layout = StateLayout.from_model(model)
+    acc, loss = evaluate(model, layout, layout.flatten(model), digits.val, digits.info)
+    assert 0.0 <= acc <= 0.35 and loss == pytest.approx(np.log(10), rel=0.2)
