@@ -140,10 +140,10 @@ def test_rows_follow_the_declared_schema(tmp_path):
 
 
 class _CrashingBackend(LocalBackend):
-    def run_clients(self, w, tasks):
-        if tasks and tasks[0].round == 3:
-            raise ClientError(tasks[0].client, 3, "local training", ValueError("corrupt data"))
-        return super().run_clients(w, tasks)
+    def run_round(self, t, selected):
+        if t == 3:
+            raise ClientError(selected[0], 3, "local training", ValueError("corrupt data"))
+        return super().run_round(t, selected)
 
 
 def test_a_crash_marks_the_run_failed_and_keeps_written_rows(tmp_path):

@@ -9,9 +9,8 @@ serialization — so only the encoded message travels back, and its length is th
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 import torch
@@ -23,6 +22,9 @@ from ..data.registry import ArraySplit, DatasetInfo
 from ..models import init_model
 from ..state import StateLayout, int_buffers
 from ..training import configure_determinism, local_update
+
+if TYPE_CHECKING:
+    from .server import RoundReport
 
 
 @dataclass(frozen=True)
@@ -128,12 +130,21 @@ class ClientWorker:
 
 
 class Backend(Protocol):
-    """How client work is executed; the round loop is the same for every backend."""
+    """How a round is executed; the round loop is the same for every backend.
+
+    ``run_round`` plans the round on the server, runs the fresh client work with the current
+    global vector, applies the server step and returns the round's report. ``weights`` returns
+    ``w_t`` for evaluation on the driver.
+    """
 
     name: str
 
     def start(self, setup: RunSetup) -> None: ...
 
-    def run_clients(self, w: torch.Tensor, tasks: Sequence[ClientTask]) -> list[ClientOutcome]: ...
+    def run_round(self, t: int, selected: list[int]) -> RoundReport: ...
+
+    def weights(self) -> torch.Tensor: ...
+
+    def memory_bytes(self) -> int: ...
 
     def close(self) -> None: ...

@@ -1,31 +1,44 @@
-"""The sequential local backend: one in-process worker, tasks in ascending client order."""
+"""The sequential local backend: the server and one worker in this process, clients in id order."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
-from ..algorithms.base import ClientTask
-from .backend import ClientOutcome, ClientWorker, RunSetup
+from .backend import ClientWorker, RunSetup
+from .server import RoundReport, ServerCore
 
 
 class LocalBackend:
-    """Runs every client task in this process, one after the other."""
+    """Runs the server step and every client task in this process, one after the other."""
 
     name = "local"
 
     def __init__(self, device: str = "cpu"):
         self.device = device
         self.worker: ClientWorker | None = None
+        self.server: ServerCore | None = None
 
     def start(self, setup: RunSetup) -> None:
+        self.server = ServerCore(setup)
         self.worker = ClientWorker(setup, self.device)
 
-    def run_clients(self, w: torch.Tensor, tasks: Sequence[ClientTask]) -> list[ClientOutcome]:
-        if self.worker is None:
+    def _check(self) -> tuple[ServerCore, ClientWorker]:
+        if self.server is None or self.worker is None:
             raise RuntimeError("LocalBackend.start() was not called")
-        return [self.worker.run(t, w) for t in sorted(tasks, key=lambda t: t.client)]
+        return self.server, self.worker
+
+    def run_round(self, t: int, selected: list[int]) -> RoundReport:
+        server, worker = self._check()
+        plan = server.plan(t, selected)
+        w = server.weights()
+        outcomes = [worker.run(task, w) for task in sorted(plan.tasks, key=lambda x: x.client)]
+        return server.step(t, selected, plan, outcomes)
+
+    def weights(self) -> torch.Tensor:
+        return self._check()[0].weights()
+
+    def memory_bytes(self) -> int:
+        return self._check()[0].memory_bytes()
 
     def close(self) -> None:
         self.worker = None

@@ -16,11 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import torch
 
-from ..accounting import REUSE_CHARGE_BYTES, RoundBytes, restricted_bytes_of
-from ..algorithms import FreshUpdate, build_algorithm
-from ..codecs import decode, encode_model
+from ..accounting import RoundBytes
 from ..config import RunConfig, flatten, to_dict
 from ..data import class_counts, load_dataset, make_partition
 from ..data.registry import FederatedData
@@ -102,10 +99,6 @@ def run_fl(
     model = init_model(model_name, info.shape, info.num_classes, cfg.seed, cfg.model.hidden)
     layout = StateLayout.from_model(model)
     b0 = layout.dense_bytes
-    w = layout.flatten(model)
-    algo = build_algorithm(cfg, layout)
-    state = algo.init_state(w)
-    n_samples = {i: len(p) for i, p in enumerate(parts)}
     backend = backend or LocalBackend()
 
     counts = class_counts(parts, data.train.y, info.num_classes)
@@ -150,126 +143,68 @@ def run_fl(
     last_val: tuple[float, float] | None = None
     status, error = "running", None
     completed = 0
+    w = None
     try:
         backend.start(RunSetup(cfg, info, data.train, tuple(parts), model_name))
         for t in range(1, cfg.fl.rounds + 1):
             t0 = time.perf_counter()
             selected = uniform_selection(cfg.seed, t, cfg.fl.num_clients, cfg.fl.clients_per_round)
-            plan = algo.plan(state, t, selected)
-            outcomes = backend.run_clients(w, plan.tasks)
-            fresh: dict[int, FreshUpdate] = {}
-            per_client: dict[int, dict[str, Any]] = {}
-            diverged = False
-            for o in outcomes:
-                dec = decode(o.message, layout)
-                fresh[o.client] = FreshUpdate(o.client, o.num_samples, dec.update)
-                per_client[o.client] = {
-                    "train_loss": o.mean_loss,
-                    "local_steps": o.steps,
-                    "up_restricted": restricted_bytes_of(dec.update, layout),
-                    "up_measured": len(o.message),
-                    "wall_s": o.wall_s,
-                }
-                total_steps += o.steps
-                diverged |= not o.finite
-            down_msg = len(encode_model(w, layout, t))
-            step = algo.server_step(state, t, w, plan, fresh, n_samples)
-            update_norm = float((step.w - w).norm())
-            diverged |= not bool(torch.isfinite(step.w).all())
-
-            rb = RoundBytes()
-            for i in selected:
-                decision = plan.decisions[i]
-                pc = per_client.setdefault(i, {})
-                if decision == "reused":
-                    pc["up_restricted"] = REUSE_CHARGE_BYTES
-                    pc.setdefault("up_measured", REUSE_CHARGE_BYTES)
-                pc["down_measured"] = down_msg
-                rb = rb + RoundBytes(
-                    pc.get("up_restricted", 0), b0, b0, pc.get("up_measured", 0), down_msg
-                )
-
-            if diverged:
+            report = backend.run_round(t, selected)
+            if report.diverged:
                 status = "diverged"
                 error = f"non-finite loss or update in round {t}"
                 say(f"[{run_id}] round {t}: diverged (non-finite loss or update); stopping")
                 break
+            rb = RoundBytes()
+            for c in report.clients:
+                rb = rb + RoundBytes(c.up_restricted, b0, b0, c.up_measured, c.down_measured)
             cum = cum + rb
-            w, state = step.w, step.state
             completed = t
-            total_steps_round = sum(per_client[i].get("local_steps", 0) for i in selected)
-            losses = [
-                per_client[i]["train_loss"] for i in selected if "train_loss" in per_client[i]
-            ]
+            steps = sum(c.local_steps for c in report.clients)
+            total_steps += steps
+            losses = [c.train_loss for c in report.clients if c.train_loss is not None]
             val = None
             if t == 1 or t % cfg.fl.eval_every == 0 or t == cfg.fl.rounds:
+                w = backend.weights()
                 val = evaluate(model, layout, w, data.val, info, cfg.train.eval_batch_size)
                 last_val = val
             wall = time.perf_counter() - t0
-            num_reused = sum(1 for i in selected if plan.decisions[i] == "reused")
-            num_fresh = sum(1 for i in selected if plan.decisions[i] == "fresh")
-            writer.add(
-                "rounds",
-                {
-                    "run_id": run_id,
-                    "seed": cfg.seed,
-                    "round": t,
-                    "num_selected": len(selected),
-                    "num_fresh": num_fresh,
-                    "num_reused": num_reused,
-                    "train_loss": float(np.mean(losses)) if losses else None,
-                    "val_acc": val[0] if val else None,
-                    "val_loss": val[1] if val else None,
-                    "up_restricted": rb.up_restricted,
-                    "down_sensitivity": rb.down_sensitivity,
-                    "dense_reference": rb.dense_reference,
-                    "up_measured": rb.up_measured,
-                    "down_measured": rb.down_measured,
-                    "cum_up_restricted": cum.up_restricted,
-                    "cum_down_sensitivity": cum.down_sensitivity,
-                    "cum_dense_reference": cum.dense_reference,
-                    "cum_up_measured": cum.up_measured,
-                    "cum_down_measured": cum.down_measured,
-                    "saving_restricted": rb.saving_restricted,
-                    "cum_saving_restricted": cum.saving_restricted,
-                    "cum_saving_bidirectional": cum.saving_bidirectional,
-                    "client_steps": total_steps_round,
-                    "update_norm": update_norm,
-                    "round_wall_s": wall,
-                },
-            )
-            for i in selected:
-                pc = per_client[i]
-                g = plan.gate.get(i, {})
-                writer.add(
-                    "client_events",
-                    {
-                        "run_id": run_id,
-                        "seed": cfg.seed,
-                        "round": t,
-                        "client_id": i,
-                        "decision": plan.decisions[i],
-                        "num_samples": n_samples[i],
-                        "weight": step.weights.get(i),
-                        "train_loss": pc.get("train_loss"),
-                        "local_steps": pc.get("local_steps", 0),
-                        "up_restricted": pc.get("up_restricted", 0),
-                        "up_measured": pc.get("up_measured", 0),
-                        "down_measured": pc["down_measured"],
-                        "update_norm": step.contribution_norms.get(i),
-                        "gate_score": g.get("gate_score"),
-                        "tau": g.get("tau"),
-                        "age": g.get("age"),
-                        "promoted": g.get("promoted"),
-                        "wall_s": pc.get("wall_s"),
-                    },
-                )
+            num_reused = sum(1 for c in report.clients if c.decision == "reused")
+            num_fresh = sum(1 for c in report.clients if c.decision == "fresh")
+            writer.add("rounds", {
+                "run_id": run_id, "seed": cfg.seed, "round": t,
+                "num_selected": len(report.clients), "num_fresh": num_fresh,
+                "num_reused": num_reused,
+                "train_loss": float(np.mean(losses)) if losses else None,
+                "val_acc": val[0] if val else None, "val_loss": val[1] if val else None,
+                "up_restricted": rb.up_restricted, "down_sensitivity": rb.down_sensitivity,
+                "dense_reference": rb.dense_reference, "up_measured": rb.up_measured,
+                "down_measured": rb.down_measured,
+                "cum_up_restricted": cum.up_restricted,
+                "cum_down_sensitivity": cum.down_sensitivity,
+                "cum_dense_reference": cum.dense_reference, "cum_up_measured": cum.up_measured,
+                "cum_down_measured": cum.down_measured,
+                "saving_restricted": rb.saving_restricted,
+                "cum_saving_restricted": cum.saving_restricted,
+                "cum_saving_bidirectional": cum.saving_bidirectional,
+                "client_steps": steps, "update_norm": report.update_norm,
+                "round_wall_s": wall,
+            })  # fmt: skip
+            for c in report.clients:
+                writer.add("client_events", {
+                    "run_id": run_id, "seed": cfg.seed, "round": t, "client_id": c.client,
+                    "decision": c.decision, "num_samples": c.num_samples, "weight": c.weight,
+                    "train_loss": c.train_loss, "local_steps": c.local_steps,
+                    "up_restricted": c.up_restricted, "up_measured": c.up_measured,
+                    "down_measured": c.down_measured, "update_norm": c.update_norm,
+                    "gate_score": c.gate.get("gate_score"), "tau": c.gate.get("tau"),
+                    "age": c.gate.get("age"), "promoted": c.gate.get("promoted"),
+                    "wall_s": c.wall_s,
+                })  # fmt: skip
             val_s = f"val_acc={val[0]:.4f} val_loss={val[1]:.4f} " if val else ""
-            say(
-                f"[{run_id}] round {t:>4}/{cfg.fl.rounds} {val_s}"
+            say(f"[{run_id}] round {t:>4}/{cfg.fl.rounds} {val_s}"
                 f"fresh={num_fresh} reused={num_reused} up={_fmt_bytes(cum.up_restricted)} "
-                f"cum_saving={100 * cum.saving_restricted:.3f}% {wall:.2f}s"
-            )
+                f"cum_saving={100 * cum.saving_restricted:.3f}% {wall:.2f}s")  # fmt: skip
             if val is not None:
                 writer.flush(("rounds", "client_events"))
         else:
@@ -279,14 +214,20 @@ def run_fl(
         error = f"{type(err).__name__}: {err}"
         raise
     finally:
-        backend.close()
         test = None
-        if status == "finished":
-            test = evaluate(model, layout, w, data.test(), info, cfg.train.eval_batch_size)
-            say(
-                f"[{run_id}] final round {cfg.fl.rounds}: test_acc={test[0]:.4f} "
-                f"test_loss={test[1]:.4f} (test split read once)"
-            )
+        memory = None
+        try:
+            if status == "finished":
+                w = backend.weights()
+                test = evaluate(model, layout, w, data.test(), info, cfg.train.eval_batch_size)
+                say(
+                    f"[{run_id}] final round {cfg.fl.rounds}: test_acc={test[0]:.4f} "
+                    f"test_loss={test[1]:.4f} (test split read once)"
+                )
+            if status in ("finished", "diverged"):
+                memory = backend.memory_bytes()
+        finally:
+            backend.close()
         run_row.update(
             {
                 "status": status,
@@ -307,7 +248,7 @@ def run_fl(
                 "cum_saving_bidirectional": cum.saving_bidirectional
                 if cum.dense_reference
                 else None,
-                "server_memory_bytes": algo.memory_bytes(state),
+                "server_memory_bytes": memory,
                 "client_steps": total_steps,
                 "wall_s": time.perf_counter() - t_start,
             }

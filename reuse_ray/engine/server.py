@@ -1,0 +1,114 @@
+"""The server side of a round, shared by every backend (ALGORITHMS.md §1.5, §3.3).
+
+:class:`ServerCore` owns the global vector ``w_t``, the algorithm and its state. It plans a round,
+then turns the clients' encoded uplink messages into ``w_{t+1}``: decode, charge both ledgers,
+call the algorithm's server step and commit the result unless it is non-finite. The local backend
+holds one in process; the Ray backend holds one inside its server actor, so the state and caches
+never travel to the driver.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ..accounting import REUSE_CHARGE_BYTES, restricted_bytes_of
+from ..algorithms import FreshUpdate, RoundPlan, build_algorithm
+from ..codecs import decode, encode_model
+from ..models import init_model
+from ..state import StateLayout
+from .backend import ClientOutcome, RunSetup
+
+
+@dataclass(frozen=True)
+class ClientReport:
+    """Per selected client: decision, ledgers and diagnostics of one round."""
+
+    client: int
+    decision: str
+    num_samples: int
+    weight: float | None
+    up_restricted: int
+    up_measured: int
+    down_measured: int
+    train_loss: float | None = None
+    local_steps: int = 0
+    update_norm: float | None = None
+    wall_s: float | None = None
+    gate: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RoundReport:
+    """What the driver records for one round; the state itself stays with the server."""
+
+    round: int
+    clients: tuple[ClientReport, ...]
+    update_norm: float
+    diverged: bool
+    dense_bytes: int
+
+
+class ServerCore:
+    """Global state, algorithm state and the server step of one run."""
+
+    def __init__(self, setup: RunSetup):
+        cfg = setup.cfg
+        model = init_model(
+            setup.model_name, setup.info.shape, setup.info.num_classes, cfg.seed, cfg.model.hidden
+        )
+        self.layout = StateLayout.from_model(model)
+        self.w = self.layout.flatten(model)
+        self.algo = build_algorithm(cfg, self.layout)
+        self.state = self.algo.init_state(self.w)
+        self.num_samples = {i: len(p) for i, p in enumerate(setup.partitions)}
+
+    def weights(self) -> torch.Tensor:
+        return self.w
+
+    def plan(self, t: int, selected: list[int]) -> RoundPlan:
+        return self.algo.plan(self.state, t, selected)
+
+    def step(
+        self, t: int, selected: list[int], plan: RoundPlan, outcomes: list[ClientOutcome]
+    ) -> RoundReport:
+        layout = self.layout
+        fresh: dict[int, FreshUpdate] = {}
+        by_client = {o.client: o for o in outcomes}
+        diverged = False
+        for o in sorted(outcomes, key=lambda o: o.client):
+            dec = decode(o.message, layout)
+            fresh[o.client] = FreshUpdate(o.client, o.num_samples, dec.update)
+            diverged |= not o.finite
+        down = len(encode_model(self.w, layout, t))
+        result = self.algo.server_step(self.state, t, self.w, plan, fresh, self.num_samples)
+        diverged |= not bool(torch.isfinite(result.w).all())
+        update_norm = float((result.w - self.w).norm())
+        reports = []
+        for i in selected:
+            decision = plan.decisions[i]
+            o = by_client.get(i)
+            if o is not None:
+                up_r, up_m = restricted_bytes_of(fresh[i].update, layout), len(o.message)
+            elif decision == "reused":
+                up_r = up_m = REUSE_CHARGE_BYTES
+            else:
+                up_r = up_m = 0
+            reports.append(
+                ClientReport(
+                    client=i, decision=decision, num_samples=self.num_samples[i],
+                    weight=result.weights.get(i), up_restricted=up_r, up_measured=up_m,
+                    down_measured=down,
+                    train_loss=o.mean_loss if o else None, local_steps=o.steps if o else 0,
+                    update_norm=result.contribution_norms.get(i),
+                    wall_s=o.wall_s if o else None, gate=dict(plan.gate.get(i, {})),
+                )
+            )  # fmt: skip
+        if not diverged:
+            self.w, self.state = result.w, result.state
+        return RoundReport(t, tuple(reports), update_norm, diverged, layout.dense_bytes)
+
+    def memory_bytes(self) -> int:
+        return self.algo.memory_bytes(self.state)
