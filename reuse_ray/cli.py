@@ -20,6 +20,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     overrides = list(args.set or [])
     if args.results:
         overrides.append(f"results_dir={args.results}")
+    if args.backend:
+        overrides.append(f"engine.backend={args.backend}")
     try:
         cfg = load_run_config(args.config, overrides)
     except (ConfigError, FileNotFoundError) as err:
@@ -30,6 +32,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     except DatasetUnavailableError as err:
         print(f"reuse-ray: {err}", file=sys.stderr)
         return 2
+    finally:
+        _shutdown_ray()
     row = summary.row
     out = Path(cfg.results_dir).resolve()
     _print(
@@ -39,6 +43,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     _print(f"results: {out}  (pandas.read_parquet('{out}/rounds'))")
     return 0 if summary.status == "finished" else 1
+
+
+def _shutdown_ray() -> None:
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
@@ -56,6 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("config", help="YAML run config, or a sweep file whose base: block is used")
     r.add_argument("--set", action="append", metavar="a.b=value", help="override a field")
     r.add_argument("--results", help="results directory (overrides results_dir)")
+    r.add_argument(
+        "--backend", choices=["ray", "local"], help="engine backend (default: engine.backend)"
+    )
     r.set_defaults(func=cmd_run)
     f = sub.add_parser("fetch", help="download a dataset into the data root (needs internet)")
     f.add_argument("dataset")

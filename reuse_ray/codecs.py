@@ -30,7 +30,7 @@ WIRE_VERSION = 1
 _MSG_HEADER = struct.Struct("<2sBBIiIH")
 # tensor id, mode, numel, k
 _TENSOR_HEADER = struct.Struct("<HBII")
-KIND_UPDATE, KIND_MODEL = 1, 2
+KIND_UPDATE, KIND_MODEL, KIND_PROXY = 1, 2, 3
 
 
 def topk_count(d: int, r: float, rounding: str = "floor") -> int:
@@ -122,6 +122,38 @@ def topk_sparsify(delta: torch.Tensor, layout: StateLayout, r: float) -> SparseU
 # --------------------------------------------------------------------------- wire format
 
 
+def tensor_payloads(update: SparseUpdate, layout: StateLayout) -> list[tuple[int, int, bytes]]:
+    """Per tensor: (mode, k, payload) in the cheapest layout; payload length is B(d, k)."""
+    out: list[tuple[int, int, bytes]] = []
+    if update.is_dense:
+        dense = update.values.numpy()
+        for s in layout.tensors:
+            out.append((MODE_DENSE, s.numel, dense[s.offset : s.offset + s.numel].astype("<f4")
+                        .tobytes()))  # fmt: skip
+        return out
+    idx_all = update.indices.numpy()
+    val_all = update.values.numpy()
+    bounds = np.searchsorted(idx_all, [s.offset for s in layout.tensors] + [layout.dim])
+    for tid, s in enumerate(layout.tensors):
+        lo, hi = bounds[tid], bounds[tid + 1]
+        local = (idx_all[lo:hi] - s.offset).astype(np.int64)
+        vals = val_all[lo:hi]
+        k = int(hi - lo)
+        mode = field_mode(s.numel, k)
+        if mode == MODE_DENSE:
+            seg = np.zeros(s.numel, dtype="<f4")
+            seg[local] = vals
+            payload = seg.tobytes()
+        elif mode == MODE_COO:
+            payload = local.astype("<i4").tobytes() + vals.astype("<f4").tobytes()
+        else:
+            bits = np.zeros(s.numel, dtype=bool)
+            bits[local] = True
+            payload = np.packbits(bits, bitorder="little").tobytes() + vals.astype("<f4").tobytes()
+        out.append((mode, k, payload))
+    return out
+
+
 def encode(
     update: SparseUpdate,
     layout: StateLayout,
@@ -137,35 +169,82 @@ def encode(
             MAGIC, WIRE_VERSION, kind, round_, client, num_samples, len(layout.tensors)
         )
     ]
-    dense = update.values.numpy() if update.is_dense else None
-    if not update.is_dense:
-        idx_all = update.indices.numpy()
-        val_all = update.values.numpy()
-        bounds = np.searchsorted(idx_all, [s.offset for s in layout.tensors] + [layout.dim])
-    for tid, s in enumerate(layout.tensors):
-        if dense is not None:
-            chunks.append(_TENSOR_HEADER.pack(tid, MODE_DENSE, s.numel, s.numel))
-            chunks.append(dense[s.offset : s.offset + s.numel].astype("<f4").tobytes())
-            continue
-        lo, hi = bounds[tid], bounds[tid + 1]
-        local = (idx_all[lo:hi] - s.offset).astype(np.int64)
-        vals = val_all[lo:hi]
-        k = hi - lo
-        mode = field_mode(s.numel, k)
+    for tid, ((mode, k, payload), s) in enumerate(
+        zip(tensor_payloads(update, layout), layout.tensors, strict=True)
+    ):
         chunks.append(_TENSOR_HEADER.pack(tid, mode, s.numel, k))
-        if mode == MODE_DENSE:
-            seg = np.zeros(s.numel, dtype="<f4")
-            seg[local] = vals
-            chunks.append(seg.tobytes())
-        elif mode == MODE_COO:
-            chunks.append(local.astype("<i4").tobytes())
-            chunks.append(vals.astype("<f4").tobytes())
-        else:
-            bits = np.zeros(s.numel, dtype=bool)
-            bits[local] = True
-            chunks.append(np.packbits(bits, bitorder="little").tobytes())
-            chunks.append(vals.astype("<f4").tobytes())
+        chunks.append(payload)
     return b"".join(chunks)
+
+
+def _read_tensor(
+    blob: bytes | memoryview, pos: int, mode: int, numel: int, k: int, offset: int
+) -> tuple[np.ndarray, np.ndarray, int, bool]:
+    """Parse one tensor payload at ``pos``: (global indices, values, new pos, is_full_dense)."""
+    if mode == MODE_DENSE:
+        seg = np.frombuffer(blob, dtype="<f4", count=numel, offset=pos)
+        pos += 4 * numel
+        if k == numel:
+            return np.arange(numel, dtype=np.int64) + offset, seg, pos, True
+        nz = np.flatnonzero(seg)
+        # a dense-layout sparse tensor keeps exactly k entries; zeros among them are the
+        # lowest-index zeros, as Top-K's tie rule picked them
+        keep = np.sort(np.concatenate([nz, np.flatnonzero(seg == 0)[: k - len(nz)]]))
+        return keep + offset, seg[keep], pos, False
+    if mode == MODE_COO:
+        local = np.frombuffer(blob, dtype="<i4", count=k, offset=pos).astype(np.int64)
+        pos += 4 * k
+        vals = np.frombuffer(blob, dtype="<f4", count=k, offset=pos)
+        return local + offset, vals, pos + 4 * k, False
+    nbytes = -(-numel // 8)
+    bits = np.unpackbits(
+        np.frombuffer(blob, dtype=np.uint8, count=nbytes, offset=pos), bitorder="little"
+    )[:numel]
+    pos += nbytes
+    vals = np.frombuffer(blob, dtype="<f4", count=k, offset=pos)
+    return np.flatnonzero(bits).astype(np.int64) + offset, vals, pos + 4 * k, False
+
+
+def _assemble(
+    layout: StateLayout, parts: list[tuple[np.ndarray, np.ndarray]], all_dense: bool
+) -> SparseUpdate:
+    values = torch.from_numpy(np.concatenate([v for _, v in parts]).astype(np.float32))
+    if all_dense:
+        return SparseUpdate(layout.dim, None, values)
+    return SparseUpdate(layout.dim, torch.from_numpy(np.concatenate([i for i, _ in parts])), values)
+
+
+@dataclass(frozen=True)
+class PackedUpdate:
+    """A sparse update stored compactly: per tensor its layout mode and k, and one payload.
+
+    ``payload`` holds exactly the field model's bytes (bitmap or int32 indices, and fp32
+    values), never a dense-shaped copy, so ``nbytes`` equals Σ_tensors B(d, k) (§2.3.2 cache).
+    """
+
+    modes: bytes
+    counts: tuple[int, ...]
+    payload: bytes
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.payload)
+
+
+def pack(update: SparseUpdate, layout: StateLayout) -> PackedUpdate:
+    parts = tensor_payloads(update, layout)
+    return PackedUpdate(
+        bytes(m for m, _, _ in parts), tuple(k for _, k, _ in parts), b"".join(p for *_, p in parts)
+    )
+
+
+def unpack(packed: PackedUpdate, layout: StateLayout) -> SparseUpdate:
+    pos, parts, all_dense = 0, [], True
+    for s, mode, k in zip(layout.tensors, packed.modes, packed.counts, strict=True):
+        idx, vals, pos, full = _read_tensor(packed.payload, pos, mode, s.numel, k, s.offset)
+        parts.append((idx, vals))
+        all_dense &= full
+    return _assemble(layout, parts, all_dense)
 
 
 @dataclass(frozen=True)
@@ -183,53 +262,25 @@ def decode(blob: bytes, layout: StateLayout) -> Decoded:
     if magic != MAGIC or version != WIRE_VERSION:
         raise ValueError("not a reuse_ray wire message")
     pos = _MSG_HEADER.size
-    idx_parts: list[np.ndarray] = []
-    val_parts: list[np.ndarray] = []
-    all_dense = True
+    parts, all_dense = [], True
     for _ in range(ntens):
         tid, mode, numel, k = _TENSOR_HEADER.unpack_from(blob, pos)
         pos += _TENSOR_HEADER.size
-        off = layout.tensors[tid].offset
-        if mode == MODE_DENSE:
-            seg = np.frombuffer(blob, dtype="<f4", count=numel, offset=pos)
-            pos += 4 * numel
-            if k == numel:
-                idx_parts.append(np.arange(numel, dtype=np.int64) + off)
-                val_parts.append(seg)
-                continue
-            nz = np.flatnonzero(seg)
-            all_dense = False
-            # a dense-mode sparse tensor keeps exactly k entries; zeros among them are re-added
-            keep = np.sort(np.concatenate([nz, np.flatnonzero(seg == 0)[: k - len(nz)]]))
-            idx_parts.append(keep + off)
-            val_parts.append(seg[keep])
-        elif mode == MODE_COO:
-            all_dense = False
-            local = np.frombuffer(blob, dtype="<i4", count=k, offset=pos).astype(np.int64)
-            pos += 4 * k
-            vals = np.frombuffer(blob, dtype="<f4", count=k, offset=pos)
-            pos += 4 * k
-            idx_parts.append(local + off)
-            val_parts.append(vals)
-        else:
-            all_dense = False
-            nbytes = -(-numel // 8)
-            bits = np.unpackbits(
-                np.frombuffer(blob, dtype=np.uint8, count=nbytes, offset=pos), bitorder="little"
-            )[:numel]
-            pos += nbytes
-            vals = np.frombuffer(blob, dtype="<f4", count=k, offset=pos)
-            pos += 4 * k
-            idx_parts.append(np.flatnonzero(bits).astype(np.int64) + off)
-            val_parts.append(vals)
-    values = torch.from_numpy(np.concatenate(val_parts).astype(np.float32))
-    if all_dense:
-        upd = SparseUpdate(layout.dim, None, values)
-    else:
-        upd = SparseUpdate(layout.dim, torch.from_numpy(np.concatenate(idx_parts)), values)
-    return Decoded(kind, round_, client, n, upd)
+        idx, vals, pos, full = _read_tensor(blob, pos, mode, numel, k, layout.tensors[tid].offset)
+        parts.append((idx, vals))
+        all_dense &= full
+    return Decoded(kind, round_, client, n, _assemble(layout, parts, all_dense))
 
 
 def encode_model(w: torch.Tensor, layout: StateLayout, round_: int) -> bytes:
     """The downlink message: the dense global state w_t."""
     return encode(SparseUpdate(layout.dim, None, w), layout, kind=KIND_MODEL, round_=round_)
+
+
+def encode_vector(
+    v: torch.Tensor, layout: StateLayout, kind: int, round_: int, client: int
+) -> bytes:
+    """A dense vector over ``layout`` (e.g. a head-gradient proxy) as a wire message."""
+    return encode(
+        SparseUpdate(layout.dim, None, v), layout, kind=kind, round_=round_, client=client
+    )

@@ -31,11 +31,16 @@ DATASETS = (
     "cifar100",
     "pathmnist",
 )
-METHODS = ("fedavg", "fedprox", "fedadam")
+METHODS = ("fedavg", "fedprox", "fedadam", "dg_fedreuse")
+DG_SCHEDULES = ("geometric", "linear", "exponential")
+DG_DISTANCES = ("clipped_cosine", "half_cosine")
+DG_DECAYS = ("power", "constant", "power_minus_one")
+DG_GATES = ("proxy", "off", "random")
 PARTITIONS = ("dirichlet", "iid", "shards")
 MODELS = ("auto", "cnn", "resnet18")
 AUGMENTS = ("auto", "none", "crop_flip")
-BACKENDS = ("local",)
+BACKENDS = ("ray", "local")
+DEVICES = ("auto", "cpu", "cuda")
 
 
 class ConfigError(ValueError):
@@ -217,6 +222,47 @@ class FedAdamConfig:
 
 
 @dataclass(frozen=True)
+class DGConfig:
+    """DG-FedReuse (ALGORITHMS.md §2.3); defaults are the paper's frozen values (§4.1)."""
+
+    tau0: float = 0.9116988  # τ0, threshold at round 1
+    tau_min: float = 0.8134931  # τ_min, the threshold's floor
+    gamma: float = 0.01  # γ, decay of the threshold schedule
+    schedule: str = "geometric"  # R2: max(τmin, τ0(1−γ)^(t−1)); or linear / exponential
+    max_age: int = 4  # S: a cached update of age ≥ S forces a fresh round
+    rho: float = 0.7279635  # ρ, age decay of reused updates
+    quota: float = 0.30  # q: at least ⌈q·m⌉ fresh clients per round
+    mu: float = 3.4156e-4  # proximal μ of the fresh path (R4); not FedProx's μ
+    kappa: float = 0.9  # signature EMA coefficient (R5; the paper does not report it)
+    distance: str = "clipped_cosine"  # R1: clip(1 − cos, 0, 1); or (1 − cos)/2
+    decay: str = "power"  # R6: ρ^a; or constant ρ; or ρ^(a−1)
+    gate: str = "proxy"  # proxy (the real gate) | off (age cap + quota only) | random
+    gate_prob: float = 0.2  # gate=random: firing probability
+    proxy_batches: int = 5  # at most this many proxy batches
+    proxy_batch_size: int = 64
+    proxy_mode: str = "train"  # train (the seed) or eval (§6 item 9)
+    normalize_signature: bool = False  # unit-normalise p_ref before the EMA (R5 alternative)
+
+    def __post_init__(self) -> None:
+        _check_range("tau0", self.tau0, 0.0, 1.0)
+        _check_range("tau_min", self.tau_min, 0.0, self.tau0)
+        _check_range("gamma", self.gamma, 0.0, 1.0, hi_open=True)
+        _check_choice("schedule", self.schedule, DG_SCHEDULES)
+        _check_range("max_age", self.max_age, 1)
+        _check_range("rho", self.rho, 0.0, 1.0, lo_open=True, hi_open=True)
+        _check_range("quota", self.quota, 0.0, 1.0, lo_open=True)
+        _check_range("mu", self.mu, 0.0)
+        _check_range("kappa", self.kappa, 0.0, 1.0, hi_open=True)
+        _check_choice("distance", self.distance, DG_DISTANCES)
+        _check_choice("decay", self.decay, DG_DECAYS)
+        _check_choice("gate", self.gate, DG_GATES)
+        _check_range("gate_prob", self.gate_prob, 0.0, 1.0)
+        _check_range("proxy_batches", self.proxy_batches, 1)
+        _check_range("proxy_batch_size", self.proxy_batch_size, 1)
+        _check_choice("proxy_mode", self.proxy_mode, ("train", "eval"))
+
+
+@dataclass(frozen=True)
 class MethodConfig:
     """The algorithm and its knobs; each method reads only its own block."""
 
@@ -224,6 +270,7 @@ class MethodConfig:
     topk_ratio: float = 1.0  # r in (0, 1]: per-tensor Top-K keep ratio of the uplink; 1 = dense
     fedprox: FedProxConfig = field(default_factory=FedProxConfig)
     fedadam: FedAdamConfig = field(default_factory=FedAdamConfig)
+    dg: DGConfig = field(default_factory=DGConfig)
 
     def __post_init__(self) -> None:
         _check_choice("name", self.name, METHODS)
@@ -234,10 +281,19 @@ class MethodConfig:
 class EngineConfig:
     """Which backend runs client work. Not part of the run id: engines give identical results."""
 
-    backend: str = "local"
+    backend: str = "ray"  # ray (client-worker actors + server actor) or local (one process)
+    ray_address: str | None = None  # None: $RAY_ADDRESS if set, else start a local Ray
+    num_workers: int = 0  # client-worker actors; 0 = sized from the cluster's resources
+    cpu_per_worker: float = 1.0  # num_cpus of a worker actor when it runs on CPU
+    gpu_fraction: float = 0.25  # num_gpus of a worker actor when CUDA is used
+    device: str = "auto"  # auto: CUDA when the cluster has GPUs, else CPU
 
     def __post_init__(self) -> None:
         _check_choice("backend", self.backend, BACKENDS)
+        _check_range("num_workers", self.num_workers, 0)
+        _check_range("cpu_per_worker", self.cpu_per_worker, 0.0, lo_open=True)
+        _check_range("gpu_fraction", self.gpu_fraction, 0.0, 1.0, lo_open=True)
+        _check_choice("device", self.device, DEVICES)
 
 
 @dataclass(frozen=True)

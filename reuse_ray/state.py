@@ -54,6 +54,15 @@ class StateLayout:
                 return s
         raise KeyError(name)
 
+    def subset(self, names: list[str]) -> StateLayout:
+        """A layout of just the named tensors, packed contiguously in the given order."""
+        specs, off = [], 0
+        for n in names:
+            s = self.index(n)
+            specs.append(TensorSpec(s.name, s.shape, s.numel, off, s.trainable))
+            off += s.numel
+        return StateLayout(tuple(specs), off)
+
     def trainable_mask(self) -> torch.Tensor:
         """Boolean mask over the flat vector: True on trainable parameters."""
         mask = torch.zeros(self.dim, dtype=torch.bool)

@@ -168,3 +168,66 @@ def evaluate(
     model.to("cpu")
     n = max(len(split), 1)
     return correct / n, loss_sum / n
+
+
+def head_proxy(
+    model: nn.Module,
+    layout: StateLayout,
+    w: torch.Tensor,
+    int_buffers: dict[str, torch.Tensor],
+    data: ArraySplit,
+    indices: np.ndarray,
+    info: DatasetInfo,
+    head_names: list[str],
+    *,
+    seed: int,
+    round_: int,
+    client: int,
+    purpose: Purpose,
+    max_batches: int = 5,
+    batch_size: int = 64,
+    augment: str = "none",
+    mode: str = "train",
+    device: torch.device | str = "cpu",
+) -> torch.Tensor:
+    """HeadProxy(i, w, stream) of §2.3.4: summed head gradients over ≤ ``max_batches`` batches.
+
+    The model is loaded with ``w`` (and the server's integer buffers) before the passes and is
+    reloaded before any later use, so it acts as the scratch copy: train-mode BatchNorm updates
+    never reach the global state. Shuffle and augmentation come from the keyed ``purpose``
+    stream (``proxy_gate`` or ``proxy_refresh``) of (seed, round, client).
+    """
+    device = torch.device(device)
+    layout.load(model, w)
+    sd = model.state_dict()
+    with torch.no_grad():
+        for name, buf in int_buffers.items():
+            sd[name].copy_(buf)
+    model.to(device)
+    model.train(mode == "train")
+    model.zero_grad(set_to_none=True)
+    # only the head's gradient is needed: backward stops at the head (same values, less work)
+    heads = set(head_names)
+    frozen = [p for n, p in model.named_parameters() if n not in heads and p.requires_grad]
+    for p in frozen:
+        p.requires_grad_(False)
+    try:
+        gen = torch_generator(seed, purpose, round_, client)
+        n = len(indices)
+        perm = torch.randperm(n, generator=gen).numpy()
+        train_bn = mode == "train" and has_batchnorm(model)
+        for start, stop in batch_starts(n, batch_size, train_bn)[:max_batches]:
+            batch = indices[perm[start:stop]]
+            x = to_tensor(data.x[batch], info)
+            if augment == "crop_flip":
+                x = crop_flip(x, gen)
+            y = torch.from_numpy(data.y[batch]).to(device)
+            nn.functional.cross_entropy(model(x.to(device)), y).backward()
+        named = dict(model.named_parameters())
+        out = torch.cat([named[n].grad.detach().reshape(-1).float().cpu() for n in head_names])
+    finally:
+        model.zero_grad(set_to_none=True)
+        for p in frozen:
+            p.requires_grad_(True)
+    model.to("cpu")
+    return out

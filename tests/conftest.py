@@ -120,6 +120,7 @@ def small_config(tmp_path: Path, **overrides) -> RunConfig:
         "train": {"epochs": 1, "batch_size": 32},
         "fl": {"num_clients": 10, "clients_per_round": 4, "rounds": 3, "eval_every": 2},
         "method": {"name": "fedavg", "topk_ratio": 0.2},
+        "engine": {"backend": "local"},
         "results_dir": str(tmp_path / "results"),
     }
     for key, value in overrides.items():

@@ -8,17 +8,25 @@ from .base import (
     Algorithm,
     ClientTask,
     FreshUpdate,
+    ProbeTask,
     RoundPlan,
     StepResult,
     sample_weights,
     weighted_sum,
 )
+from .dg_fedreuse import CacheStore, DGFedReuse, DGState, LocalCacheStore
 from .fedadam import FedAdam, FedAdamState, fedadam_step
 from .fedavg import FedAvg, fedavg_aggregate
 
 
-def build_algorithm(cfg: RunConfig, layout: StateLayout) -> Algorithm:
-    """The algorithm named by ``cfg.method.name``, configured from its own block."""
+def build_algorithm(
+    cfg: RunConfig, layout: StateLayout, store: CacheStore | None = None
+) -> Algorithm:
+    """The algorithm named by ``cfg.method.name``, configured from its own block.
+
+    ``store`` holds cached updates (DG-FedReuse): in process by default, the Ray object store
+    when the server runs as a Ray actor.
+    """
     m = cfg.method
     if m.name == "fedavg":
         return FedAvg(m.topk_ratio, 0.0, cfg.fl.server_lr, "fedavg")
@@ -27,11 +35,20 @@ def build_algorithm(cfg: RunConfig, layout: StateLayout) -> Algorithm:
     if m.name == "fedadam":
         a = m.fedadam
         return FedAdam(layout.trainable_mask(), m.topk_ratio, a.lr, a.beta1, a.beta2, a.tau, a.v0)
+    if m.name == "dg_fedreuse":
+        return DGFedReuse(
+            m.dg, layout, cfg.seed, store or LocalCacheStore(), m.topk_ratio, cfg.fl.server_lr
+        )
     raise ValueError(f"method.name: unknown method {m.name!r}; allowed: {', '.join(METHODS)}")
 
 
 __all__ = [
     "Algorithm",
+    "CacheStore",
+    "DGFedReuse",
+    "DGState",
+    "LocalCacheStore",
+    "ProbeTask",
     "ClientTask",
     "FedAdam",
     "FedAdamState",

@@ -28,6 +28,15 @@ class ClientTask:
     round: int
     topk_ratio: float = 1.0  # per-tensor Top-K keep ratio of the uplink (1 = dense)
     mu: float = 0.0  # proximal coefficient of the local objective
+    refresh_proxy: bool = False  # also send HeadProxy(i, w_t, proxy_refresh) (§2.3.5)
+
+
+@dataclass(frozen=True)
+class ProbeTask:
+    """Pre-decision client work: HeadProxy(i, w_t, proxy_gate) for the DG gate (§2.3.4)."""
+
+    client: int
+    round: int
 
 
 @dataclass(frozen=True)
@@ -46,6 +55,7 @@ class FreshUpdate:
     client: int
     num_samples: int
     update: SparseUpdate
+    proxy: torch.Tensor | None = None  # refresh head proxy, when the task asked for one
 
 
 @dataclass(frozen=True)
@@ -63,7 +73,11 @@ class Algorithm(Protocol):
 
     def init_state(self, w0: torch.Tensor) -> Any: ...
 
-    def plan(self, state: Any, t: int, selected: list[int]) -> RoundPlan: ...
+    def probes(self, state: Any, t: int, selected: list[int]) -> tuple[ProbeTask, ...]: ...
+
+    def plan(
+        self, state: Any, t: int, selected: list[int], probes: dict[int, torch.Tensor]
+    ) -> RoundPlan: ...
 
     def server_step(
         self,

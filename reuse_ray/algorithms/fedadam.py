@@ -68,7 +68,10 @@ class FedAdam:
     def init_state(self, w0: torch.Tensor) -> FedAdamState:
         return fedadam_init(int(self.trainable_mask.sum()), self.tau, self.v0)
 
-    def plan(self, state: FedAdamState, t: int, selected: list[int]) -> RoundPlan:
+    def probes(self, state: FedAdamState, t: int, selected: list[int]) -> tuple:
+        return ()
+
+    def plan(self, state: FedAdamState, t: int, selected: list[int], probes=None) -> RoundPlan:
         tasks = tuple(ClientTask(i, t, self.topk_ratio, 0.0) for i in selected)
         return RoundPlan(tasks, {i: "fresh" for i in selected})
 

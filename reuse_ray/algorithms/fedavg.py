@@ -38,7 +38,10 @@ class FedAvg:
     def init_state(self, w0: torch.Tensor) -> None:
         return None
 
-    def plan(self, state: None, t: int, selected: list[int]) -> RoundPlan:
+    def probes(self, state: None, t: int, selected: list[int]) -> tuple:
+        return ()
+
+    def plan(self, state: None, t: int, selected: list[int], probes=None) -> RoundPlan:
         tasks = tuple(ClientTask(i, t, self.topk_ratio, self.mu) for i in selected)
         return RoundPlan(tasks, {i: "fresh" for i in selected})
 

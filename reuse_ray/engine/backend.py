@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 import torch
 
-from ..algorithms.base import ClientTask
-from ..codecs import encode, topk_sparsify
+from ..algorithms.base import ClientTask, ProbeTask
+from ..codecs import KIND_PROXY, encode, encode_vector, topk_sparsify
 from ..config import RunConfig
 from ..data.registry import ArraySplit, DatasetInfo
-from ..models import init_model
+from ..models import head_parameter_names, init_model
+from ..rng import Purpose
 from ..state import StateLayout, int_buffers
-from ..training import configure_determinism, local_update
+from ..training import configure_determinism, head_proxy, local_update
 
 if TYPE_CHECKING:
     from .server import RoundReport
@@ -55,17 +56,29 @@ class ClientOutcome:
     steps: int
     finite: bool
     wall_s: float
+    proxy_message: bytes | None = None  # encoded refresh head proxy, when asked for
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """A gate probe's answer: the encoded head proxy HeadProxy(i, w_t, proxy_gate)."""
+
+    client: int
+    round: int
+    message: bytes
+    wall_s: float
 
 
 class ClientError(RuntimeError):
-    """Client work failed; names the client, the round and the stage."""
+    """Client work failed; names the client, the round and the stage. Picklable across Ray."""
 
-    def __init__(self, client: int, round_: int, stage: str, cause: BaseException):
+    def __init__(self, client: int, round_: int, stage: str, cause: BaseException | str):
         self.client, self.round, self.stage = client, round_, stage
-        super().__init__(
-            f"client {client} failed in round {round_} during {stage}: "
-            f"{type(cause).__name__}: {cause}"
-        )
+        self.detail = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
+        super().__init__(f"client {client} failed in round {round_} during {stage}: {self.detail}")
+
+    def __reduce__(self):
+        return (ClientError, (self.client, self.round, self.stage, self.detail))
 
 
 class ClientWorker:
@@ -81,6 +94,27 @@ class ClientWorker:
         )
         self.layout = StateLayout.from_model(self.model)
         self.int_buffers = int_buffers(self.model)
+        self.head_names = head_parameter_names(self.model)
+        self.head_layout = self.layout.subset(self.head_names)
+
+    def _proxy(self, client: int, round_: int, w: torch.Tensor, purpose: Purpose) -> bytes:
+        s, dg = self.setup, self.setup.cfg.method.dg
+        p = head_proxy(
+            self.model, self.layout, w, self.int_buffers, s.train, s.partitions[client], s.info,
+            self.head_names, seed=s.cfg.seed, round_=round_, client=client, purpose=purpose,
+            max_batches=dg.proxy_batches, batch_size=dg.proxy_batch_size, augment=s.augment,
+            mode=dg.proxy_mode, device=self.device,
+        )  # fmt: skip
+        return encode_vector(p, self.head_layout, KIND_PROXY, round_, client)
+
+    def probe(self, task: ProbeTask, w: torch.Tensor) -> ProbeOutcome:
+        """The gate proxy of §2.3.4 on the keyed ``proxy_gate`` stream."""
+        start = time.perf_counter()
+        try:
+            msg = self._proxy(task.client, task.round, w, Purpose.PROXY_GATE)
+        except Exception as err:
+            raise ClientError(task.client, task.round, "gate proxy", err) from err
+        return ProbeOutcome(task.client, task.round, msg, time.perf_counter() - start)
 
     def run(self, task: ClientTask, w: torch.Tensor) -> ClientOutcome:
         s, tc = self.setup, self.setup.cfg.train
@@ -117,16 +151,16 @@ class ClientWorker:
             )
         except Exception as err:
             raise ClientError(task.client, task.round, "encoding", err) from err
+        proxy = None
+        if task.refresh_proxy:
+            try:
+                proxy = self._proxy(task.client, task.round, w, Purpose.PROXY_REFRESH)
+            except Exception as err:
+                raise ClientError(task.client, task.round, "refresh proxy", err) from err
         return ClientOutcome(
-            task.client,
-            task.round,
-            len(idx),
-            msg,
-            res.mean_loss,
-            res.steps,
-            res.finite,
-            time.perf_counter() - start,
-        )
+            task.client, task.round, len(idx), msg, res.mean_loss, res.steps, res.finite,
+            time.perf_counter() - start, proxy,
+        )  # fmt: skip
 
 
 class Backend(Protocol):

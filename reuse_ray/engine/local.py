@@ -8,6 +8,10 @@ from .backend import ClientWorker, RunSetup
 from .server import RoundReport, ServerCore
 
 
+def _client(task) -> int:
+    return task.client
+
+
 class LocalBackend:
     """Runs the server step and every client task in this process, one after the other."""
 
@@ -29,8 +33,9 @@ class LocalBackend:
 
     def run_round(self, t: int, selected: list[int]) -> RoundReport:
         server, worker = self._check()
-        plan = server.plan(t, selected)
         w = server.weights()
+        probes = [worker.probe(p, w) for p in sorted(server.probes(t, selected), key=_client)]
+        plan = server.plan(t, selected, probes)
         outcomes = [worker.run(task, w) for task in sorted(plan.tasks, key=lambda x: x.client)]
         return server.step(t, selected, plan, outcomes)
 

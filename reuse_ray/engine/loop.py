@@ -50,6 +50,15 @@ def _fmt_bytes(n: float) -> str:
     return str(n)
 
 
+def make_backend(cfg: RunConfig) -> Backend:
+    """The backend named by ``cfg.engine.backend``; Ray is imported only when asked for."""
+    if cfg.engine.backend == "local":
+        return LocalBackend("cuda" if cfg.engine.device == "cuda" else "cpu")
+    from ..distributed import RayBackend
+
+    return RayBackend(cfg)
+
+
 def prepare_data(cfg: RunConfig) -> tuple[FederatedData, list[np.ndarray]]:
     """Load the dataset and partition its training split over the clients."""
     data = load_dataset(cfg.data)
@@ -99,7 +108,7 @@ def run_fl(
     model = init_model(model_name, info.shape, info.num_classes, cfg.seed, cfg.model.hidden)
     layout = StateLayout.from_model(model)
     b0 = layout.dense_bytes
-    backend = backend or LocalBackend()
+    backend = backend or make_backend(cfg)
 
     counts = class_counts(parts, data.train.y, info.num_classes)
     for i, p in enumerate(parts):

@@ -15,11 +15,11 @@ from typing import Any
 import torch
 
 from ..accounting import REUSE_CHARGE_BYTES, restricted_bytes_of
-from ..algorithms import FreshUpdate, RoundPlan, build_algorithm
+from ..algorithms import CacheStore, FreshUpdate, ProbeTask, RoundPlan, build_algorithm
 from ..codecs import decode, encode_model
-from ..models import init_model
+from ..models import head_parameter_names, init_model
 from ..state import StateLayout
-from .backend import ClientOutcome, RunSetup
+from .backend import ClientOutcome, ProbeOutcome, RunSetup
 
 
 @dataclass(frozen=True)
@@ -54,22 +54,35 @@ class RoundReport:
 class ServerCore:
     """Global state, algorithm state and the server step of one run."""
 
-    def __init__(self, setup: RunSetup):
+    def __init__(self, setup: RunSetup, store: CacheStore | None = None):
         cfg = setup.cfg
         model = init_model(
             setup.model_name, setup.info.shape, setup.info.num_classes, cfg.seed, cfg.model.hidden
         )
         self.layout = StateLayout.from_model(model)
+        self.head_layout = self.layout.subset(head_parameter_names(model))
         self.w = self.layout.flatten(model)
-        self.algo = build_algorithm(cfg, self.layout)
+        self.algo = build_algorithm(cfg, self.layout, store)
         self.state = self.algo.init_state(self.w)
         self.num_samples = {i: len(p) for i, p in enumerate(setup.partitions)}
+        self._probe_bytes: dict[int, int] = {}
 
     def weights(self) -> torch.Tensor:
         return self.w
 
-    def plan(self, t: int, selected: list[int]) -> RoundPlan:
-        return self.algo.plan(self.state, t, selected)
+    def probes(self, t: int, selected: list[int]) -> tuple[ProbeTask, ...]:
+        """Client work the algorithm needs before deciding the round (the DG gate)."""
+        return tuple(self.algo.probes(self.state, t, selected))
+
+    def plan(
+        self, t: int, selected: list[int], probe_outcomes: list[ProbeOutcome] | None = None
+    ) -> RoundPlan:
+        proxies = {}
+        self._probe_bytes = {}
+        for o in probe_outcomes or []:
+            proxies[o.client] = decode(o.message, self.head_layout).update.to_dense()
+            self._probe_bytes[o.client] = len(o.message)
+        return self.algo.plan(self.state, t, selected, proxies)
 
     def step(
         self, t: int, selected: list[int], plan: RoundPlan, outcomes: list[ClientOutcome]
@@ -80,7 +93,10 @@ class ServerCore:
         diverged = False
         for o in sorted(outcomes, key=lambda o: o.client):
             dec = decode(o.message, layout)
-            fresh[o.client] = FreshUpdate(o.client, o.num_samples, dec.update)
+            proxy = None
+            if o.proxy_message is not None:
+                proxy = decode(o.proxy_message, self.head_layout).update.to_dense()
+            fresh[o.client] = FreshUpdate(o.client, o.num_samples, dec.update, proxy)
             diverged |= not o.finite
         down = len(encode_model(self.w, layout, t))
         result = self.algo.server_step(self.state, t, self.w, plan, fresh, self.num_samples)
@@ -90,12 +106,16 @@ class ServerCore:
         for i in selected:
             decision = plan.decisions[i]
             o = by_client.get(i)
+            # measured: every message the client really sent this round (gate proxy, update,
+            # refresh proxy); restricted: the seed's field model, 16 B per reuse
+            up_m = self._probe_bytes.get(i, 0)
             if o is not None:
-                up_r, up_m = restricted_bytes_of(fresh[i].update, layout), len(o.message)
+                up_r = restricted_bytes_of(fresh[i].update, layout)
+                up_m += len(o.message) + len(o.proxy_message or b"")
             elif decision == "reused":
-                up_r = up_m = REUSE_CHARGE_BYTES
+                up_r = REUSE_CHARGE_BYTES
             else:
-                up_r = up_m = 0
+                up_r = 0
             reports.append(
                 ClientReport(
                     client=i, decision=decision, num_samples=self.num_samples[i],
@@ -112,3 +132,8 @@ class ServerCore:
 
     def memory_bytes(self) -> int:
         return self.algo.memory_bytes(self.state)
+
+    def cache_bytes(self) -> int:
+        """Bytes of cached updates held (0 for methods without a cache)."""
+        f = getattr(self.algo, "cache_bytes", None)
+        return f(self.state) if f else 0

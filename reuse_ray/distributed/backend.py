@@ -1,0 +1,147 @@
+"""The Ray backend: a pool of client-worker actors and one server actor (issue: Ray engine).
+
+Per round the driver asks the server actor for the plan, submits the fresh tasks to idle
+workers with the round's global vector as **one** object ref (``ServerActor.weights``'s return
+value, never fetched by the driver), waits for the small task metadata, and hands the message
+refs to the server actor, which fetches them and applies the server step. Outcomes are sorted
+by client id before aggregation, and every random draw is keyed, so the result is bit-identical
+to the local backend whatever the pool size or the order in which tasks finish.
+
+Faults: workers restart (``max_restarts=-1``) and their tasks are retried
+(``max_task_retries``), and a retried task recomputes exactly the same update. Application errors
+are not retried; they surface as :class:`~reuse_ray.engine.backend.ClientError` naming the client
+and the round.
+"""
+
+from __future__ import annotations
+
+import os
+
+import ray
+import torch
+
+from ..config import RunConfig
+from ..engine.backend import ClientOutcome, RunSetup
+from ..engine.server import RoundReport
+from .actors import ClientWorkerActor, ServerActor, _as_tensor
+from .resources import pool_size_from_resources
+
+TASK_RETRIES = 3
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
+    """Connect to ``address`` (or $RAY_ADDRESS), else start a local Ray; no-op if connected."""
+    if ray.is_initialized():
+        return
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    kwargs: dict = {"include_dashboard": False} if address is None else {}
+    if address is None and num_cpus is not None:
+        kwargs["num_cpus"] = num_cpus
+    ray.init(address=address, log_to_driver=True, **kwargs)
+
+
+def resolve_device(cfg: RunConfig, resources: dict[str, float]) -> str:
+    if cfg.engine.device == "auto":
+        return "cuda" if resources.get("GPU", 0.0) > 0 else "cpu"
+    return cfg.engine.device
+
+
+class RayBackend:
+    """Client work on a pool of Ray actors; server state in a Ray actor."""
+
+    name = "ray"
+
+    def __init__(self, cfg: RunConfig, resources: dict[str, float] | None = None):
+        self.cfg = cfg
+        self.resources = resources
+        self.workers: list = []
+        self.server = None
+        self.device = "cpu"
+        self._setup_ref = None
+
+    def start(self, setup: RunSetup) -> None:
+        e = self.cfg.engine
+        ensure_ray(e.ray_address)
+        resources = self.resources or ray.cluster_resources()
+        self.device = resolve_device(self.cfg, resources)
+        use_gpu = self.device == "cuda"
+        size = pool_size_from_resources(
+            resources, clients_per_round=self.cfg.fl.clients_per_round, use_gpu=use_gpu,
+            cpu_per_worker=e.cpu_per_worker, gpu_fraction=e.gpu_fraction,
+            num_workers=e.num_workers,
+        )  # fmt: skip
+        setup_ref = ray.put(setup)  # arrays go to the object store once per run
+        self._setup_ref = setup_ref  # held for the run, so restarted actors can rebuild
+        opts = {"max_restarts": -1, "max_task_retries": TASK_RETRIES}
+        if use_gpu:
+            opts.update(num_gpus=e.gpu_fraction, num_cpus=0)
+        else:
+            opts.update(num_cpus=e.cpu_per_worker)
+        self.workers = [
+            ClientWorkerActor.options(**opts).remote(setup_ref, self.device) for _ in range(size)
+        ]
+        self.server = ServerActor.remote(setup_ref)
+
+    def _dispatch(
+        self, method: str, tasks: list, w_ref: ray.ObjectRef, num_returns: int
+    ) -> dict[int, list[ray.ObjectRef]]:
+        """Run ``method`` for every task on idle workers; returns refs keyed by client."""
+        refs: dict[int, list[ray.ObjectRef]] = {}
+        pending: dict[ray.ObjectRef, int] = {}
+        queue = sorted(tasks, key=lambda x: x.client)
+        idle = list(range(len(self.workers)))
+        while queue or pending:
+            while queue and idle:
+                task, wid = queue.pop(0), idle.pop(0)
+                call = getattr(self.workers[wid], method).options(num_returns=num_returns)
+                out = call.remote(task, w_ref)
+                out = out if isinstance(out, list) else [out]
+                refs[task.client] = out
+                pending[out[0]] = wid
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                idle.append(pending.pop(ref))
+        return refs
+
+    def run_round(self, t: int, selected: list[int]) -> RoundReport:
+        w_ref = self.server.weights.remote()
+        probe_tasks = ray.get(self.server.probes.remote(t, selected))
+        probes = []
+        if probe_tasks:
+            refs = self._dispatch("probe", list(probe_tasks), w_ref, 1)
+            probes = _get_unwrapped([refs[c][0] for c in sorted(refs)])
+        plan = ray.get(self.server.plan.remote(t, selected, probes))
+        refs = self._dispatch("run", list(plan.tasks), w_ref, 2)
+        clients = sorted(refs)
+        metas: list[ClientOutcome] = _get_unwrapped([refs[c][0] for c in clients])
+        messages = [refs[c][1] for c in clients]
+        return ray.get(self.server.step.remote(t, selected, plan, metas, messages))
+
+    def weights(self) -> torch.Tensor:
+        return _as_tensor(ray.get(self.server.weights.remote())).clone()
+
+    def memory_bytes(self) -> int:
+        return ray.get(self.server.memory_bytes.remote())
+
+    def cache_bytes(self) -> int:
+        return ray.get(self.server.cache_bytes.remote())
+
+    def close(self) -> None:
+        for w in self.workers:
+            ray.kill(w, no_restart=True)
+        if self.server is not None:
+            ray.kill(self.server, no_restart=True)
+        self.workers, self.server, self._setup_ref = [], None, None
+
+
+def _get_unwrapped(refs: list) -> list:
+    """ray.get, re-raising a worker's ClientError as itself (it names client and round)."""
+    from ..engine.backend import ClientError
+
+    try:
+        return ray.get(refs)
+    except ray.exceptions.RayTaskError as err:
+        cause = getattr(err, "cause", None)
+        if isinstance(cause, ClientError):
+            raise ClientError(cause.client, cause.round, cause.stage, cause.detail) from None
+        raise

@@ -1,0 +1,170 @@
+"""The Ray engine: bit-identical to the local engine, fault tolerant, clear on real failures."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+
+import numpy as np
+import pandas as pd
+import pytest
+import ray
+from conftest import small_config
+
+from reuse_ray.config import EngineConfig
+from reuse_ray.distributed import RayBackend, pool_size_from_resources
+from reuse_ray.engine import ClientError, run_fl
+from reuse_ray.results import TIMING_COLUMNS, read_table
+
+pytestmark = pytest.mark.ray
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_runtime():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+def _ray(cfg, **engine):
+    return dataclasses.replace(cfg, engine=EngineConfig(backend="ray", **engine))
+
+
+def _frames(results_dir):
+    out = {}
+    for table in ("rounds", "client_events", "clients"):
+        df = read_table(results_dir, table)
+        df = df.drop(columns=[c for c in df.columns if c in TIMING_COLUMNS])
+        keys = [c for c in ("round", "client_id") if c in df.columns]
+        out[table] = df.sort_values(keys).reset_index(drop=True)
+    return out
+
+
+METHODS = {
+    "fedavg_topk": {"fl__rounds": 3},
+    "dg_fedreuse": {
+        "fl__rounds": 8,
+        "method__name": "dg_fedreuse",
+        "method__dg__tau0": 0.3,
+        "method__dg__tau_min": 0.2,
+        "fl__eval_every": 4,
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def local_reference(tmp_path_factory):
+    refs = {}
+    for name, kw in METHODS.items():
+        cfg = small_config(tmp_path_factory.mktemp(name), **kw)
+        assert run_fl(cfg).status == "finished"
+        refs[name] = (cfg, _frames(cfg.results_dir))
+    return refs
+
+
+@pytest.mark.parametrize(
+    ("method", "workers"), [("fedavg_topk", 1), ("fedavg_topk", 2), ("dg_fedreuse", 2)]
+)
+def test_ray_engine_is_bit_identical_to_local(tmp_path, local_reference, method, workers):
+    local_cfg, local = local_reference[method]
+    cfg = _ray(small_config(tmp_path, **METHODS[method]), num_workers=workers)
+    summary = run_fl(cfg)
+    assert summary.status == "finished" and summary.row["backend"] == "ray"
+    assert cfg.run_id == local_cfg.run_id
+    theirs = _frames(cfg.results_dir)
+    for table in local:
+        pd.testing.assert_frame_equal(local[table], theirs[table], check_exact=True)
+    if method == "dg_fedreuse":
+        assert (theirs["client_events"]["decision"] == "reused").any()
+        runs = read_table(cfg.results_dir, "runs").iloc[0]
+        local_runs = read_table(local_cfg.results_dir, "runs").iloc[0]
+        assert runs["server_memory_bytes"] == local_runs["server_memory_bytes"] > 0
+
+
+def test_dg_cache_lives_in_the_object_store(tmp_path):
+    from reuse_ray.algorithms import DGState
+    from reuse_ray.engine import RunSetup, prepare_data
+    from reuse_ray.models import resolve_model_name
+
+    cfg = _ray(small_config(tmp_path, **METHODS["dg_fedreuse"]), num_workers=2)
+    data, parts = prepare_data(cfg)
+    backend = RayBackend(cfg)
+    backend.start(
+        RunSetup(cfg, data.info, data.train, tuple(parts), resolve_model_name("cnn", "digits"))
+    )
+    try:
+        for t in (1, 2):
+            backend.run_round(t, [0, 1, 2, 3])
+        state = ray.get(backend.server.__ray_call__.remote(lambda self: self.core.state))
+        assert isinstance(state, DGState) and set(state.cache) == {0, 1, 2, 3}
+        assert all(isinstance(e.handle, ray.ObjectRef) for e in state.cache.values())
+        assert backend.cache_bytes() == sum(e.nbytes for e in state.cache.values()) > 0
+    finally:
+        backend.close()
+
+
+class _KillingBackend(RayBackend):
+    """Kills worker 0 while round 2's tasks run; records its pid before and after."""
+
+    def run_round(self, t, selected):
+        if t == 2:
+            self.pid_before = ray.get(self.workers[0].pid.remote())
+            victim = self.workers[0]
+
+            def kill():
+                time.sleep(0.3)
+                ray.kill(victim, no_restart=False)
+
+            threading.Thread(target=kill, daemon=True).start()
+        report = super().run_round(t, selected)
+        if t == 2:
+            self.pid_after = ray.get(self.workers[0].pid.remote())
+        return report
+
+
+def test_killing_a_worker_mid_round_changes_nothing(tmp_path):
+    kw = {"fl__rounds": 3, "train__epochs": 8, "train__batch_size": 8}
+    calm = _ray(small_config(tmp_path / "calm", **kw), num_workers=2)
+    run_fl(calm)
+    hit = _ray(small_config(tmp_path / "hit", **kw), num_workers=2)
+    backend = _KillingBackend(hit)
+    assert run_fl(hit, backend=backend).status == "finished"
+    assert backend.pid_after != backend.pid_before  # the actor really died and restarted
+    a, b = _frames(calm.results_dir), _frames(hit.results_dir)
+    for table in a:
+        pd.testing.assert_frame_equal(a[table], b[table], check_exact=True)
+
+
+class _CorruptClientBackend(RayBackend):
+    """Client 3's data is corrupt: its indices point outside the training split."""
+
+    def start(self, setup):
+        parts = list(setup.partitions)
+        parts[3] = np.array([10**9], dtype=np.int64)
+        super().start(dataclasses.replace(setup, partitions=tuple(parts)))
+
+
+def test_unretryable_client_failure_names_client_and_round(tmp_path):
+    cfg = _ray(
+        small_config(
+            tmp_path, fl__rounds=4, fl__num_clients=10, fl__clients_per_round=10, fl__eval_every=1
+        )
+    )
+    with pytest.raises(ClientError, match="client 3 failed in round 1 during local training"):
+        run_fl(cfg, backend=_CorruptClientBackend(cfg))
+    runs = read_table(cfg.results_dir, "runs")
+    assert runs.iloc[0]["status"] == "failed" and "client 3" in runs.iloc[0]["error"]
+    assert len(read_table(cfg.results_dir, "clients")) == 10  # what was written stays readable
+
+
+def test_pool_sizing_helper():
+    size = pool_size_from_resources
+    assert size({"CPU": 2.0}, clients_per_round=10, use_gpu=False) == 2
+    assert size({"CPU": 16.0}, clients_per_round=10, use_gpu=False) == 10
+    assert size({"CPU": 16.0}, clients_per_round=10, use_gpu=False, cpu_per_worker=4) == 4
+    assert size({"CPU": 16.0, "GPU": 1.0}, clients_per_round=10, use_gpu=True) == 4
+    assert size({"GPU": 2.0}, clients_per_round=10, use_gpu=True, gpu_fraction=0.5) == 4
+    assert size({"CPU": 8.0}, clients_per_round=10, use_gpu=False, num_workers=3) == 3
+    with pytest.raises(ValueError, match="no client worker fits"):
+        size({"CPU": 0.5}, clients_per_round=10, use_gpu=False)

@@ -1,0 +1,52 @@
+"""Integration: a head node started with `ray start`, a run submitted with `ray job submit`."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reuse_ray.results import read_table
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
+    ray_cli = shutil.which("ray")
+    assert ray_cli, "the ray CLI comes with ray[default]"
+    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    env.pop("RAY_ADDRESS", None)
+    port, dash = _free_port(), _free_port()
+    start = subprocess.run(
+        [ray_cli, "start", "--head", "--num-cpus", "2", "--port", str(port),
+         "--dashboard-port", str(dash), "--include-dashboard", "true",
+         "--disable-usage-stats"],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    try:
+        assert start.returncode == 0, start.stdout + start.stderr
+        results = tmp_path / "job-results"
+        job = subprocess.run(
+            [ray_cli, "job", "submit", "--address", f"http://127.0.0.1:{dash}",
+             "--working-dir", str(ROOT), "--", "reuse-ray", "run", "sweeps/quickstart.yaml",
+             "--set", "fl.rounds=2", "--set", "train.epochs=1", "--results", str(results)],
+            env=env, capture_output=True, text=True, timeout=600,
+        )  # fmt: skip
+        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+        assert "succeeded" in job.stdout + job.stderr
+        runs = read_table(results, "runs")
+        assert runs.iloc[0]["status"] == "finished" and runs.iloc[0]["backend"] == "ray"
+        assert len(read_table(results, "rounds")) == 2
+    finally:
+        subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
