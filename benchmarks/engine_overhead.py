@@ -103,16 +103,19 @@ def main() -> None:
     n_train = len(load_dataset(cfg.data).train)
     print(f"workload W: {n_train} training images 1x28x28, 50 clients, 10/round, 3 epochs, "
           f"batch 128, {args.rounds} rounds")  # fmt: skip
-    res["plain-1t"] = median_2_6(plain_loop(cfg, 1))
-    res["plain-2t"] = median_2_6(plain_loop(cfg, 2))
-    res["local"] = median_2_6(engine_times(cfg))
+
+    def record(name: str, times: list[float]) -> None:
+        res[name] = median_2_6(times)
+        print(f"  {name:9s} {res[name]:7.3f} s/round (median of rounds 2-6)", flush=True)
+
+    record("plain-1t", plain_loop(cfg, 1))
+    record("plain-2t", plain_loop(cfg, 2))
+    record("local", engine_times(cfg))
     import ray
 
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    res["ray"] = median_2_6(engine_times(workload(args.rounds, args.samples, "ray", f"{tmp}/ray")))
+    record("ray", engine_times(workload(args.rounds, args.samples, "ray", f"{tmp}/ray")))
     ray.shutdown()
-    for k, v in res.items():
-        print(f"  {k:9s} {v:7.3f} s/round (median of rounds 2-6)")
     print(
         f"local engine / plain loop (1 thread each): {res['local'] / res['plain-1t']:.3f}"
         "   (goal <= 1.03)"

@@ -214,3 +214,41 @@ def test_cli_run_and_bad_config(tmp_path, capsys):
     rc = main(["run", "sweeps/quickstart.yaml", "--set", "method.name=nope"])
     err = capsys.readouterr().err
     assert rc == 2 and "method.name" in err and "allowed: fedavg" in err
+
+
+@pytest.mark.parametrize("method", ["fedadam", "dg_fedreuse"])
+def test_checkpoint_resume_is_bit_identical(tmp_path, method):
+    from reuse_ray.engine import RunHooks
+
+    kw = {
+        "method__name": method,
+        "fl__rounds": 7,
+        "method__dg__tau0": 0.3,
+        "method__dg__tau_min": 0.2,
+    }
+    straight = small_config(tmp_path / "straight", **kw)
+    blobs = {}
+    run_fl(
+        straight,
+        hooks=RunHooks(checkpoint_every=3, save_checkpoint=lambda b, t: blobs.__setitem__(t, b)),
+    )
+    assert sorted(blobs) == [3, 6]
+    resumed = small_config(tmp_path / "resumed", **kw)
+    # a crashed first attempt that got to round 3, then a resume from its checkpoint
+    run_fl(resumed, hooks=RunHooks(resume=blobs[3]))
+    a, b = _tables(straight.results_dir), _tables(resumed.results_dir)
+    for name in ("rounds", "client_events"):
+        pd.testing.assert_frame_equal(_metrics(a[name]), _metrics(b[name]), check_exact=True)
+    assert a["runs"].iloc[0]["test_acc"] == b["runs"].iloc[0]["test_acc"]
+    assert len(b["rounds"]) == 7
+
+
+def test_search_stage_never_reads_the_test_split(tmp_path):
+    from reuse_ray.engine import RunHooks
+
+    cfg = small_config(tmp_path)
+    data = load_dataset(cfg.data)
+    summary = run_fl(cfg, data=data, hooks=RunHooks(stage="search", evaluate_test=False))
+    assert summary.status == "finished" and data.test_reads == 0
+    row = read_table(cfg.results_dir, "runs").iloc[0]
+    assert row["stage"] == "search" and row["test_reads"] == 0 and pd.isna(row["test_acc"])

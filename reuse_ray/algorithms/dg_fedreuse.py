@@ -295,6 +295,16 @@ class DGFedReuse:
         norms = {i: float(contributions[i].values.norm()) for i in selected}
         return StepResult(DGState(cache, last, sig), w + self.server_lr * avg, weights, norms)
 
+    def export_state(self, state: DGState) -> DGState:
+        """The state with every cached update fetched from the store (picklable anywhere)."""
+        cache = {i: CacheEntry(self.store.get(e.handle), e.nbytes) for i, e in state.cache.items()}
+        return DGState(cache, dict(state.last_fresh), dict(state.signature))
+
+    def import_state(self, state: DGState) -> DGState:
+        """Inverse of :meth:`export_state`: cached updates go back into this store."""
+        cache = {i: CacheEntry(self.store.put(e.handle), e.nbytes) for i, e in state.cache.items()}
+        return DGState(cache, dict(state.last_fresh), dict(state.signature))
+
     def cache_bytes(self, state: DGState) -> int:
         """Bytes held by the cached sparse updates (the field model's size, exactly)."""
         return sum(e.nbytes for e in state.cache.values())

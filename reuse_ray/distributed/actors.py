@@ -78,6 +78,12 @@ class ServerActor:
     def cache_bytes(self) -> int:
         return self.core.cache_bytes()
 
+    def snapshot(self) -> dict:
+        return self.core.snapshot()
+
+    def restore(self, snap: dict) -> None:
+        self.core.restore(snap)
+
     def weights(self) -> np.ndarray:
         return self.core.weights().numpy()
 

@@ -126,6 +126,12 @@ class RayBackend:
     def cache_bytes(self) -> int:
         return ray.get(self.server.cache_bytes.remote())
 
+    def snapshot(self) -> dict:
+        return ray.get(self.server.snapshot.remote())
+
+    def restore(self, snap: dict) -> None:
+        ray.get(self.server.restore.remote(snap))
+
     def close(self) -> None:
         for w in self.workers:
             ray.kill(w, no_restart=True)

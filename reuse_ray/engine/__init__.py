@@ -2,7 +2,7 @@
 
 from .backend import Backend, ClientError, ClientOutcome, ClientWorker, RunSetup
 from .local import LocalBackend
-from .loop import RunSummary, prepare_data, run_fl
+from .loop import RunHooks, RunSummary, make_backend, prepare_data, run_fl
 from .sampling import uniform_selection
 
 __all__ = [
@@ -11,7 +11,9 @@ __all__ = [
     "ClientOutcome",
     "ClientWorker",
     "LocalBackend",
+    "RunHooks",
     "RunSetup",
+    "make_backend",
     "RunSummary",
     "prepare_data",
     "run_fl",

@@ -45,5 +45,11 @@ class LocalBackend:
     def memory_bytes(self) -> int:
         return self._check()[0].memory_bytes()
 
+    def snapshot(self) -> dict:
+        return self._check()[0].snapshot()
+
+    def restore(self, snap: dict) -> None:
+        self._check()[0].restore(snap)
+
     def close(self) -> None:
         self.worker = None

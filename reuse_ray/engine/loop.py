@@ -2,17 +2,20 @@
 
 Rounds are 1..T with T fixed in advance. Validation is evaluated at round 1, every
 ``eval_every`` rounds and at T; the test split is loaded and evaluated exactly once, after round
-T, and never when a run diverged or failed (§6 items 1 and 17). Rows go to Parquet at every
-evaluation round, so a crash loses at most the rounds since the last one.
+T, and never when a run diverged or failed, nor in a validation-only search stage (§6 items 1
+and 17). Rows go to Parquet at every evaluation round, so a crash loses at most the rounds since
+the last one; with a checkpoint hook the whole run state (server state and caches included) is
+saved every K rounds and a resumed run continues bit-identically.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import pickle
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -30,6 +33,21 @@ from .local import LocalBackend
 from .sampling import uniform_selection
 
 Progress = Callable[[str], None]
+
+
+@dataclass
+class RunHooks:
+    """How a caller (the CLI, a Tune trial) embeds a run."""
+
+    stage: str = "run"  # run | search | final: recorded in the runs table
+    evaluate_test: bool = True  # False in a search stage: the test split is then forbidden
+    sweep: str | None = None
+    trial_id: str | None = None
+    on_round: Callable[[dict[str, Any]], None] | None = None  # gets each round's row
+    checkpoint_every: int = 0  # rounds between checkpoints (0: none)
+    save_checkpoint: Callable[[bytes, int], None] | None = None  # (state blob, round)
+    resume: bytes | None = None  # a blob from save_checkpoint to continue from
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -59,20 +77,66 @@ def make_backend(cfg: RunConfig) -> Backend:
     return RayBackend(cfg)
 
 
+def partition_clients(cfg: RunConfig, data: FederatedData) -> list[np.ndarray]:
+    p = cfg.partition
+    return make_partition(
+        data.train.y, cfg.fl.num_clients, p.kind, cfg.seed, p.alpha, p.min_size,
+        p.shards_per_client,
+    )  # fmt: skip
+
+
 def prepare_data(cfg: RunConfig) -> tuple[FederatedData, list[np.ndarray]]:
     """Load the dataset and partition its training split over the clients."""
     data = load_dataset(cfg.data)
-    p = cfg.partition
-    parts = make_partition(
-        data.train.y,
-        cfg.fl.num_clients,
-        p.kind,
-        cfg.seed,
-        p.alpha,
-        p.min_size,
-        p.shards_per_client,
-    )
-    return data, parts
+    return data, partition_clients(cfg, data)
+
+
+def _round_row(run_id: str, seed: int, t: int, report, rb: RoundBytes, cum: RoundBytes,
+               val, wall: float) -> dict[str, Any]:  # fmt: skip
+    losses = [c.train_loss for c in report.clients if c.train_loss is not None]
+    return {
+        "run_id": run_id, "seed": seed, "round": t, "num_selected": len(report.clients),
+        "num_fresh": sum(1 for c in report.clients if c.decision == "fresh"),
+        "num_reused": sum(1 for c in report.clients if c.decision == "reused"),
+        "train_loss": float(np.mean(losses)) if losses else None,
+        "val_acc": val[0] if val else None, "val_loss": val[1] if val else None,
+        "up_restricted": rb.up_restricted, "down_sensitivity": rb.down_sensitivity,
+        "dense_reference": rb.dense_reference, "up_measured": rb.up_measured,
+        "down_measured": rb.down_measured, "cum_up_restricted": cum.up_restricted,
+        "cum_down_sensitivity": cum.down_sensitivity,
+        "cum_dense_reference": cum.dense_reference, "cum_up_measured": cum.up_measured,
+        "cum_down_measured": cum.down_measured, "saving_restricted": rb.saving_restricted,
+        "cum_saving_restricted": cum.saving_restricted,
+        "cum_saving_bidirectional": cum.saving_bidirectional,
+        "client_steps": sum(c.local_steps for c in report.clients),
+        "update_norm": report.update_norm, "round_wall_s": wall,
+    }  # fmt: skip
+
+
+def _event_rows(run_id: str, seed: int, t: int, report) -> list[dict[str, Any]]:
+    return [
+        {
+            "run_id": run_id,
+            "seed": seed,
+            "round": t,
+            "client_id": c.client,
+            "decision": c.decision,
+            "num_samples": c.num_samples,
+            "weight": c.weight,
+            "train_loss": c.train_loss,
+            "local_steps": c.local_steps,
+            "up_restricted": c.up_restricted,
+            "up_measured": c.up_measured,
+            "down_measured": c.down_measured,
+            "update_norm": c.update_norm,
+            "gate_score": c.gate.get("gate_score"),
+            "tau": c.gate.get("tau"),
+            "age": c.gate.get("age"),
+            "promoted": c.gate.get("promoted"),
+            "wall_s": c.wall_s,
+        }  # fmt: skip
+        for c in report.clients
+    ]
 
 
 def run_fl(
@@ -80,29 +144,25 @@ def run_fl(
     backend: Backend | None = None,
     progress: Progress | None = None,
     data: FederatedData | None = None,
+    hooks: RunHooks | None = None,
 ) -> RunSummary:
     """Run one FL run to round T and write its Parquet rows; returns the ``runs`` row."""
+    hooks = hooks or RunHooks()
     t_start = time.perf_counter()
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     configure_determinism(cfg.train.threads)
     say = progress or (lambda _msg: None)
     run_id = cfg.run_id
     writer = RunWriter(cfg.results_dir, run_id, cfg.method.name)
-    writer.clear_previous()
+    resumed = pickle.loads(hooks.resume) if hooks.resume else None
+    if resumed is None:
+        writer.clear_previous()
 
     if data is None:
-        data, parts = prepare_data(cfg)
-    else:
-        p = cfg.partition
-        parts = make_partition(
-            data.train.y,
-            cfg.fl.num_clients,
-            p.kind,
-            cfg.seed,
-            p.alpha,
-            p.min_size,
-            p.shards_per_client,
-        )
+        data = load_dataset(cfg.data)
+    if not hooks.evaluate_test:
+        data.forbid_test()  # a validation-only stage provably never reads the test split
+    parts = partition_clients(cfg, data)
     info = data.info
     model_name = resolve_model_name(cfg.model.name, cfg.data.name)
     model = init_model(model_name, info.shape, info.num_classes, cfg.seed, cfg.model.hidden)
@@ -112,56 +172,45 @@ def run_fl(
 
     counts = class_counts(parts, data.train.y, info.num_classes)
     for i, p in enumerate(parts):
-        writer.add(
-            "clients",
-            {
-                "run_id": run_id,
-                "seed": cfg.seed,
-                "client_id": i,
-                "num_samples": len(p),
-                "class_counts": counts[i].tolist(),
-            },
-        )
-
+        writer.add("clients", {"run_id": run_id, "seed": cfg.seed, "client_id": i,
+                               "num_samples": len(p),
+                               "class_counts": counts[i].tolist()})  # fmt: skip
     run_row: dict[str, Any] = {
-        "run_id": run_id,
-        "seed": cfg.seed,
-        "status": "running",
-        "error": None,
-        "dataset": cfg.data.name,
-        "model": model_name,
-        "backend": backend.name,
-        "rounds_planned": cfg.fl.rounds,
-        "rounds_completed": 0,
-        "num_params": layout.dim,
-        "dense_bytes": b0,
-        "started_at": started_at,
+        "run_id": run_id, "seed": cfg.seed, "status": "running", "error": None,
+        "stage": hooks.stage, "sweep": hooks.sweep, "trial_id": hooks.trial_id,
+        "dataset": cfg.data.name, "model": model_name, "backend": backend.name,
+        "rounds_planned": cfg.fl.rounds, "rounds_completed": 0, "num_params": layout.dim,
+        "dense_bytes": b0, "started_at": started_at, "test_reads": 0,
         "config_json": json.dumps(to_dict(cfg), sort_keys=True),
         **{f"cfg.{k}": v for k, v in flatten(cfg).items()},
-    }
+    }  # fmt: skip
+    cum, total_steps, last_val, first_round = RoundBytes(), 0, None, 1
+    if resumed is not None:
+        cum, total_steps, last_val = resumed["cum"], resumed["total_steps"], resumed["last_val"]
+        first_round = resumed["round"] + 1
+        for table in ("rounds", "client_events"):
+            writer.rows[table] = list(resumed["rows"][table])
     writer.set_run_row(run_row)
     writer.flush()
-    say(
-        f"[{run_id}] {cfg.method.name} on {cfg.data.name}/{model_name}: "
+    say(f"[{run_id}] {cfg.method.name} on {cfg.data.name}/{model_name}: "
         f"{cfg.fl.num_clients} clients, {cfg.fl.clients_per_round}/round, {cfg.fl.rounds} rounds, "
         f"d={layout.dim:,} (B0={_fmt_bytes(b0)}), backend={backend.name}"
-    )
+        + (f", resumed after round {first_round - 1}" if resumed else ""))  # fmt: skip
 
-    cum = RoundBytes()
-    total_steps = 0
-    last_val: tuple[float, float] | None = None
     status, error = "running", None
-    completed = 0
-    w = None
+    completed = first_round - 1
+    test = None
+    memory = None
     try:
         backend.start(RunSetup(cfg, info, data.train, tuple(parts), model_name))
-        for t in range(1, cfg.fl.rounds + 1):
+        if resumed is not None:
+            backend.restore(resumed["server"])
+        for t in range(first_round, cfg.fl.rounds + 1):
             t0 = time.perf_counter()
             selected = uniform_selection(cfg.seed, t, cfg.fl.num_clients, cfg.fl.clients_per_round)
             report = backend.run_round(t, selected)
             if report.diverged:
-                status = "diverged"
-                error = f"non-finite loss or update in round {t}"
+                status, error = "diverged", f"non-finite loss or update in round {t}"
                 say(f"[{run_id}] round {t}: diverged (non-finite loss or update); stopping")
                 break
             rb = RoundBytes()
@@ -169,99 +218,70 @@ def run_fl(
                 rb = rb + RoundBytes(c.up_restricted, b0, b0, c.up_measured, c.down_measured)
             cum = cum + rb
             completed = t
-            steps = sum(c.local_steps for c in report.clients)
-            total_steps += steps
-            losses = [c.train_loss for c in report.clients if c.train_loss is not None]
+            total_steps += sum(c.local_steps for c in report.clients)
             val = None
             if t == 1 or t % cfg.fl.eval_every == 0 or t == cfg.fl.rounds:
-                w = backend.weights()
-                val = evaluate(model, layout, w, data.val, info, cfg.train.eval_batch_size)
+                val = evaluate(model, layout, backend.weights(), data.val, info,
+                               cfg.train.eval_batch_size)  # fmt: skip
                 last_val = val
-            wall = time.perf_counter() - t0
-            num_reused = sum(1 for c in report.clients if c.decision == "reused")
-            num_fresh = sum(1 for c in report.clients if c.decision == "fresh")
-            writer.add("rounds", {
-                "run_id": run_id, "seed": cfg.seed, "round": t,
-                "num_selected": len(report.clients), "num_fresh": num_fresh,
-                "num_reused": num_reused,
-                "train_loss": float(np.mean(losses)) if losses else None,
-                "val_acc": val[0] if val else None, "val_loss": val[1] if val else None,
-                "up_restricted": rb.up_restricted, "down_sensitivity": rb.down_sensitivity,
-                "dense_reference": rb.dense_reference, "up_measured": rb.up_measured,
-                "down_measured": rb.down_measured,
-                "cum_up_restricted": cum.up_restricted,
-                "cum_down_sensitivity": cum.down_sensitivity,
-                "cum_dense_reference": cum.dense_reference, "cum_up_measured": cum.up_measured,
-                "cum_down_measured": cum.down_measured,
-                "saving_restricted": rb.saving_restricted,
-                "cum_saving_restricted": cum.saving_restricted,
-                "cum_saving_bidirectional": cum.saving_bidirectional,
-                "client_steps": steps, "update_norm": report.update_norm,
-                "round_wall_s": wall,
-            })  # fmt: skip
-            for c in report.clients:
-                writer.add("client_events", {
-                    "run_id": run_id, "seed": cfg.seed, "round": t, "client_id": c.client,
-                    "decision": c.decision, "num_samples": c.num_samples, "weight": c.weight,
-                    "train_loss": c.train_loss, "local_steps": c.local_steps,
-                    "up_restricted": c.up_restricted, "up_measured": c.up_measured,
-                    "down_measured": c.down_measured, "update_norm": c.update_norm,
-                    "gate_score": c.gate.get("gate_score"), "tau": c.gate.get("tau"),
-                    "age": c.gate.get("age"), "promoted": c.gate.get("promoted"),
-                    "wall_s": c.wall_s,
-                })  # fmt: skip
-            val_s = f"val_acc={val[0]:.4f} val_loss={val[1]:.4f} " if val else ""
-            say(f"[{run_id}] round {t:>4}/{cfg.fl.rounds} {val_s}"
-                f"fresh={num_fresh} reused={num_reused} up={_fmt_bytes(cum.up_restricted)} "
-                f"cum_saving={100 * cum.saving_restricted:.3f}% {wall:.2f}s")  # fmt: skip
+            row = _round_row(run_id, cfg.seed, t, report, rb, cum, val,
+                             time.perf_counter() - t0)  # fmt: skip
+            writer.add("rounds", row)
+            for ev in _event_rows(run_id, cfg.seed, t, report):
+                writer.add("client_events", ev)
+            say(f"[{run_id}] round {t:>4}/{cfg.fl.rounds} "
+                + (f"val_acc={val[0]:.4f} val_loss={val[1]:.4f} " if val else "")
+                + f"fresh={row['num_fresh']} reused={row['num_reused']} "
+                f"up={_fmt_bytes(cum.up_restricted)} "
+                f"cum_saving={100 * cum.saving_restricted:.3f}% "
+                f"{row['round_wall_s']:.2f}s")  # fmt: skip
             if val is not None:
                 writer.flush(("rounds", "client_events"))
+            if hooks.on_round is not None:
+                hooks.on_round(dict(row, last_val_acc=last_val[0] if last_val else None))
+            if (hooks.save_checkpoint and hooks.checkpoint_every
+                    and t % hooks.checkpoint_every == 0 and t < cfg.fl.rounds):  # fmt: skip
+                blob = pickle.dumps({
+                    "round": t, "cum": cum, "total_steps": total_steps, "last_val": last_val,
+                    "rows": {k: writer.rows[k] for k in ("rounds", "client_events")},
+                    "server": backend.snapshot(),
+                })  # fmt: skip
+                writer.flush(("rounds", "client_events"))
+                hooks.save_checkpoint(blob, t)
         else:
             status = "finished"
+        if status == "finished" and hooks.evaluate_test:
+            test = evaluate(model, layout, backend.weights(), data.test(), info,
+                            cfg.train.eval_batch_size)  # fmt: skip
+            say(f"[{run_id}] final round {cfg.fl.rounds}: test_acc={test[0]:.4f} "
+                f"test_loss={test[1]:.4f} (test split read once)")  # fmt: skip
+        if status in ("finished", "diverged"):
+            memory = backend.memory_bytes()
     except BaseException as err:
         status = "failed"
         error = f"{type(err).__name__}: {err}"
         raise
     finally:
-        test = None
-        memory = None
         try:
-            if status == "finished":
-                w = backend.weights()
-                test = evaluate(model, layout, w, data.test(), info, cfg.train.eval_batch_size)
-                say(
-                    f"[{run_id}] final round {cfg.fl.rounds}: test_acc={test[0]:.4f} "
-                    f"test_loss={test[1]:.4f} (test split read once)"
-                )
-            if status in ("finished", "diverged"):
-                memory = backend.memory_bytes()
-        finally:
             backend.close()
-        run_row.update(
-            {
-                "status": status,
-                "error": error,
-                "rounds_completed": completed,
+        finally:
+            run_row.update({
+                "status": status, "error": error, "rounds_completed": completed,
                 "final_round": completed or None,
                 "final_val_acc": last_val[0] if last_val else None,
                 "final_val_loss": last_val[1] if last_val else None,
-                "test_acc": test[0] if test else None,
-                "test_loss": test[1] if test else None,
-                "test_round": cfg.fl.rounds if test else None,
+                "test_acc": test[0] if test else None, "test_loss": test[1] if test else None,
+                "test_round": cfg.fl.rounds if test else None, "test_reads": data.test_reads,
                 "cum_up_restricted": cum.up_restricted,
                 "cum_down_sensitivity": cum.down_sensitivity,
                 "cum_dense_reference": cum.dense_reference,
-                "cum_up_measured": cum.up_measured,
-                "cum_down_measured": cum.down_measured,
+                "cum_up_measured": cum.up_measured, "cum_down_measured": cum.down_measured,
                 "cum_saving_restricted": cum.saving_restricted if cum.dense_reference else None,
-                "cum_saving_bidirectional": cum.saving_bidirectional
-                if cum.dense_reference
-                else None,
-                "server_memory_bytes": memory,
-                "client_steps": total_steps,
+                "cum_saving_bidirectional": (cum.saving_bidirectional if cum.dense_reference
+                                             else None),
+                "server_memory_bytes": memory, "client_steps": total_steps,
                 "wall_s": time.perf_counter() - t_start,
-            }
-        )
-        writer.set_run_row(run_row)
-        writer.flush()
+            })  # fmt: skip
+            writer.set_run_row(run_row)
+            writer.flush()
     return RunSummary(run_id, status, run_row, str(cfg.results_dir))

@@ -133,6 +133,16 @@ class ServerCore:
     def memory_bytes(self) -> int:
         return self.algo.memory_bytes(self.state)
 
+    def snapshot(self) -> dict:
+        """w and the algorithm state with cached updates materialised (for checkpoints)."""
+        export = getattr(self.algo, "export_state", None)
+        return {"w": self.w.clone(), "state": export(self.state) if export else self.state}
+
+    def restore(self, snap: dict) -> None:
+        load = getattr(self.algo, "import_state", None)
+        self.w = snap["w"].clone()
+        self.state = load(snap["state"]) if load else snap["state"]
+
     def cache_bytes(self) -> int:
         """Bytes of cached updates held (0 for methods without a cache)."""
         f = getattr(self.algo, "cache_bytes", None)
