@@ -45,6 +45,28 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0 if summary.status == "finished" else 1
 
 
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .data import DatasetUnavailableError
+    from .tuning import load_sweep, run_sweep
+
+    overrides = list(args.set or [])
+    if args.results:
+        overrides.append(f"results_dir={args.results}")
+    try:
+        spec = load_sweep(args.sweep, overrides)
+    except (ConfigError, FileNotFoundError) as err:
+        print(f"reuse-ray: {err}", file=sys.stderr)
+        return 2
+    try:
+        run_sweep(spec, resume=args.resume, final_only=args.final, say=_print)
+    except (DatasetUnavailableError, FileNotFoundError, FileExistsError, ValueError) as err:
+        print(f"reuse-ray: {err}", file=sys.stderr)
+        return 2
+    finally:
+        _shutdown_ray()
+    return 0
+
+
 def _shutdown_ray() -> None:
     if "ray" in sys.modules:
         import ray
@@ -72,6 +94,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", choices=["ray", "local"], help="engine backend (default: engine.backend)"
     )
     r.set_defaults(func=cmd_run)
+    sw = sub.add_parser("sweep", help="run a Ray Tune + Optuna sweep from a sweep file")
+    sw.add_argument("sweep", help="YAML sweep file (see sweeps/)")
+    sw.add_argument(
+        "--set",
+        action="append",
+        metavar="a.b=value",
+        help="override a field of the sweep file, e.g. base.fl.rounds=10",
+    )
+    sw.add_argument("--results", help="results directory (overrides results_dir)")
+    sw.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted sweep: finished trials are not rerun",
+    )
+    sw.add_argument(
+        "--final", action="store_true", help="only run the final stage of a finished search"
+    )
+    sw.set_defaults(func=cmd_sweep)
     f = sub.add_parser("fetch", help="download a dataset into the data root (needs internet)")
     f.add_argument("dataset")
     f.add_argument("--root", default=None)

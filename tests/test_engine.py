@@ -13,7 +13,7 @@ from reuse_ray.cli import main
 from reuse_ray.config import DataConfig, FLConfig, MethodConfig, ModelConfig
 from reuse_ray.data import load_dataset
 from reuse_ray.engine import ClientError, LocalBackend, run_fl
-from reuse_ray.results import SCHEMAS, TIMING_COLUMNS, ResultsError, read_table
+from reuse_ray.results import RUN_TABLES, TIMING_COLUMNS, ResultsError, read_table
 
 
 def _tables(results_dir):
@@ -127,7 +127,7 @@ def test_rows_follow_the_declared_schema(tmp_path):
 
     cfg = small_config(tmp_path)
     run_fl(cfg)
-    for table, schema in SCHEMAS.items():
+    for table, schema in RUN_TABLES.items():
         files = list((tmp_path / "results" / table).rglob("*.parquet"))
         assert len(files) == 1
         assert pq.read_schema(files[0]).remove_metadata().equals(schema)

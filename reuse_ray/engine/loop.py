@@ -43,7 +43,8 @@ class RunHooks:
     evaluate_test: bool = True  # False in a search stage: the test split is then forbidden
     sweep: str | None = None
     trial_id: str | None = None
-    on_round: Callable[[dict[str, Any]], None] | None = None  # gets each round's row
+    # gets each round's row, and the checkpoint blob on checkpoint rounds (else None)
+    on_round: Callable[[dict[str, Any], bytes | None], None] | None = None
     checkpoint_every: int = 0  # rounds between checkpoints (0: none)
     save_checkpoint: Callable[[bytes, int], None] | None = None  # (state blob, round)
     resume: bytes | None = None  # a blob from save_checkpoint to continue from
@@ -178,6 +179,7 @@ def run_fl(
     run_row: dict[str, Any] = {
         "run_id": run_id, "seed": cfg.seed, "status": "running", "error": None,
         "stage": hooks.stage, "sweep": hooks.sweep, "trial_id": hooks.trial_id,
+        "label": hooks.extra.get("label"),
         "dataset": cfg.data.name, "model": model_name, "backend": backend.name,
         "rounds_planned": cfg.fl.rounds, "rounds_completed": 0, "num_params": layout.dim,
         "dense_bytes": b0, "started_at": started_at, "test_reads": 0,
@@ -237,16 +239,18 @@ def run_fl(
                 f"{row['round_wall_s']:.2f}s")  # fmt: skip
             if val is not None:
                 writer.flush(("rounds", "client_events"))
-            if hooks.on_round is not None:
-                hooks.on_round(dict(row, last_val_acc=last_val[0] if last_val else None))
-            if (hooks.save_checkpoint and hooks.checkpoint_every
-                    and t % hooks.checkpoint_every == 0 and t < cfg.fl.rounds):  # fmt: skip
+            blob = None
+            if (hooks.checkpoint_every and t % hooks.checkpoint_every == 0
+                    and t < cfg.fl.rounds):  # fmt: skip
+                writer.flush(("rounds", "client_events"))
                 blob = pickle.dumps({
                     "round": t, "cum": cum, "total_steps": total_steps, "last_val": last_val,
                     "rows": {k: writer.rows[k] for k in ("rounds", "client_events")},
                     "server": backend.snapshot(),
                 })  # fmt: skip
-                writer.flush(("rounds", "client_events"))
+            if hooks.on_round is not None:
+                hooks.on_round(dict(row, last_val_acc=last_val[0] if last_val else None), blob)
+            if blob is not None and hooks.save_checkpoint is not None:
                 hooks.save_checkpoint(blob, t)
         else:
             status = "finished"

@@ -1,0 +1,244 @@
+"""Declarative sweep files: validated into a frozen :class:`SweepSpec` with clear errors.
+
+A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these blocks::
+
+    name: quickstart                 # the sweep's name (results and Tune experiment)
+    base: {...}                      # the run config every trial starts from
+    search:
+      space: dg_fedreuse             # search_spaces/<space>.py, define-by-run (tpe, nsga2, random)
+      searcher: tpe                  # tpe | nsga2 | random | grid | none (protocol: no search,
+                                     # every grid point goes straight to the final stage)
+      objective: val_acc             # val_acc | pareto | retention
+      num_samples: 8                 # trials (grid: repeats of the full grid)
+      seed: 0                        # seeds the searcher
+      grid: {method.topk_ratio: [1.0, 0.2]}   # grid searcher: the cross product of these
+      retention: 0.98                # retention objective: keep >= 98 % of the reference's val acc
+      reference: {method.name: fedavg, method.topk_ratio: 1.0}   # the reference run's overrides
+      max_concurrent_trials: 0       # 0: as many as the cluster's resources allow
+    trial:                           # resources one trial reserves up front (placement group)
+      backend: local                 # local: the trial process trains; ray: + worker actors
+      cpus: 1                        # local: CPUs of the trial process; ray: of its driver
+      workers: 1                     # ray: client-worker actors per trial
+      cpu_per_worker: 1
+      gpu_fraction: 0                # ray: GPU share of each worker (0: CPU workers)
+    checkpoint_every: 5              # rounds between trial checkpoints (server state, caches)
+    final:                           # optional: the test-split stage
+      seeds: [1001, 1002]            # fresh seeds, never used by the search
+      top: 1                         # how many selected configurations
+      compare: [{method.name: fedavg}]   # reference configs run on the same seeds (paired)
+    results_dir: results/sweeps/quickstart
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..config import ConfigError, RunConfig, apply_overrides, from_dict, set_dotted
+
+SEARCHERS = ("tpe", "nsga2", "random", "grid", "none")
+OBJECTIVES = ("val_acc", "pareto", "retention")
+TRIAL_BACKENDS = ("local", "ray")
+
+
+@dataclass(frozen=True)
+class SearchSpec:
+    space: str | None = None
+    searcher: str = "tpe"
+    objective: str = "val_acc"
+    num_samples: int = 8
+    seed: int = 0
+    grid: dict[str, list[Any]] = field(default_factory=dict)
+    retention: float = 0.98
+    reference: dict[str, Any] = field(default_factory=dict)
+    max_concurrent_trials: int = 0
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    backend: str = "local"
+    cpus: float = 1.0
+    workers: int = 1
+    cpu_per_worker: float = 1.0
+    gpu_fraction: float = 0.0
+
+    def bundles(self) -> list[dict[str, float]]:
+        """The placement-group bundles of one trial: its driver, then its client workers."""
+        if self.backend == "local":
+            return [{"CPU": self.cpus}]
+        worker = {"GPU": self.gpu_fraction} if self.gpu_fraction > 0 else {
+            "CPU": self.cpu_per_worker}  # fmt: skip
+        return [{"CPU": self.cpus}] + [dict(worker) for _ in range(self.workers)]
+
+    def totals(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for b in self.bundles():
+            for k, v in b.items():
+                out[k] = out.get(k, 0.0) + v
+        return out
+
+
+@dataclass(frozen=True)
+class FinalSpec:
+    seeds: tuple[int, ...] = ()
+    top: int = 1
+    compare: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class SweepSpec:
+    name: str
+    base: dict[str, Any]
+    search: SearchSpec
+    trial: TrialSpec
+    final: FinalSpec | None
+    results_dir: str
+    checkpoint_every: int = 5
+
+    def run_config(self, params: dict[str, Any] | None = None, **top: Any) -> RunConfig:
+        """The base config with dotted ``params`` and top-level fields applied."""
+        data = _deep_copy(self.base)
+        for key, value in (params or {}).items():
+            set_dotted(data, key, value)
+        data.update(top)
+        data["results_dir"] = self.results_dir
+        engine = dict(data.get("engine") or {})
+        engine["backend"] = self.trial.backend
+        if self.trial.backend == "ray":
+            engine["num_workers"] = self.trial.workers
+            engine["cpu_per_worker"] = self.trial.cpu_per_worker
+            if self.trial.gpu_fraction > 0:
+                engine["gpu_fraction"] = self.trial.gpu_fraction
+                engine["device"] = "cuda"
+        data["engine"] = engine
+        return from_dict(RunConfig, data)
+
+    @property
+    def search_seeds(self) -> set[int]:
+        seeds = {int(self.base.get("seed", RunConfig().seed))}
+        for values in self.search.grid.get("seed", []), [self.search.reference.get("seed")]:
+            seeds |= {int(v) for v in values if v is not None}
+        return seeds
+
+
+def _deep_copy(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _deep_copy(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [_deep_copy(v) for v in d]
+    return d
+
+
+def _take(block: dict[str, Any], path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise ConfigError(path, "expected a mapping of fields")
+    for k in block:
+        if k not in allowed:
+            name = k if path == "<root>" else f"{path}.{k}"
+            raise ConfigError(name, f"unknown field; allowed: {', '.join(allowed)}")
+    return block
+
+
+def _choice(path: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(path, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+def _positive(path: str, value: Any, integer: bool = False, zero: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and (value >= 0 if zero else value > 0) and (not integer or float(value).is_integer())
+    if not ok:
+        kind = "integer" if integer else "number"
+        raise ConfigError(path, f"{value!r}; allowed: a {kind} {'>= 0' if zero else '> 0'}")
+
+
+def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
+    """Validate a sweep mapping; every error names the field and what is allowed."""
+    top = ("name", "base", "search", "trial", "final", "results_dir", "checkpoint_every")
+    raw = _take(raw, "<root>", top)
+    if "base" not in raw:
+        raise ConfigError("base", f"{source} has no base: run config")
+    base = raw.get("base") or {}
+    from_dict(RunConfig, _deep_copy(base))  # validates the base
+    name = raw.get("name") or Path(source).stem
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError("name", f"{name!r}; allowed: letters, digits, '-' and '_'")
+
+    s = _take(raw.get("search"), "search", tuple(SearchSpec.__dataclass_fields__))
+    search = SearchSpec(**s)
+    _choice("search.searcher", search.searcher, SEARCHERS)
+    _choice("search.objective", search.objective, OBJECTIVES)
+    _positive("search.num_samples", search.num_samples, integer=True)
+    _positive("search.max_concurrent_trials", search.max_concurrent_trials, True, zero=True)
+    if not 0 < search.retention <= 1:
+        raise ConfigError("search.retention", f"{search.retention!r}; allowed: (0, 1]")
+    if search.searcher in ("grid", "none"):
+        if not search.grid:
+            raise ConfigError("search.grid", f"the {search.searcher} searcher needs a grid")
+    elif not search.space:
+        raise ConfigError("search.space", f"the {search.searcher} searcher needs a space module")
+    if search.objective == "pareto" and search.searcher not in ("nsga2", "random", "grid"):
+        raise ConfigError("search.objective", "pareto needs searcher nsga2, random or grid")
+    if search.space:
+        from .spaces import load_space
+
+        load_space(search.space)
+    for key, values in search.grid.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"search.grid.{key}", "expected a non-empty list of values")
+        for v in values:  # every grid point must be a valid run config
+            probe = _deep_copy(base)
+            set_dotted(probe, key, v)
+            try:
+                from_dict(RunConfig, probe)
+            except ConfigError as err:
+                raise ConfigError(f"search.grid.{key}", str(err)) from None
+
+    t = _take(raw.get("trial"), "trial", tuple(TrialSpec.__dataclass_fields__))
+    trial = TrialSpec(**t)
+    _choice("trial.backend", trial.backend, TRIAL_BACKENDS)
+    _positive("trial.cpus", trial.cpus, zero=trial.backend == "ray")
+    _positive("trial.workers", trial.workers, integer=True)
+    _positive("trial.cpu_per_worker", trial.cpu_per_worker)
+    _positive("trial.gpu_fraction", trial.gpu_fraction, zero=True)
+
+    final = None
+    if raw.get("final") is not None:
+        f = _take(raw.get("final"), "final", ("seeds", "top", "compare"))
+        final = FinalSpec(tuple(f.get("seeds") or ()), f.get("top", 1),
+                          tuple(f.get("compare") or ()))  # fmt: skip
+        if not final.seeds:
+            raise ConfigError("final.seeds", "the final stage needs at least one fresh seed")
+        _positive("final.top", final.top, integer=True)
+    spec = SweepSpec(
+        name=name, base=base, search=search, trial=trial, final=final,
+        results_dir=str(raw.get("results_dir") or f"results/sweeps/{name}"),
+        checkpoint_every=int(raw.get("checkpoint_every", 5)),
+    )  # fmt: skip
+    if search.searcher == "none" and final is None:
+        raise ConfigError("final", "searcher none runs the grid in the final stage; add final:")
+    if final is not None and search.searcher != "none":
+        reused = sorted(set(final.seeds) & spec.search_seeds)
+        if reused:
+            raise ConfigError(
+                "final.seeds",
+                f"{reused} were used by the search; allowed: seeds the search never used",
+            )
+    return spec
+
+
+def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
+    """Read, override (``a.b=value``, dotted from the file's root) and validate a sweep file."""
+    p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"sweep file not found: {p}")
+    raw = yaml.safe_load(p.read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ConfigError("<root>", f"{p} must hold a mapping")
+    apply_overrides(raw, overrides or [])
+    return parse_sweep(raw, str(p))

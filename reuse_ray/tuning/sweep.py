@@ -1,0 +1,291 @@
+"""Running a sweep: the validation-only search stage, the trials table and the final stage.
+
+Search: a Ray Tune experiment whose trials each run one FL run in a placement group reserving
+everything the trial needs (its driver, and on the Ray engine its client workers), with Optuna
+(TPE, NSGA-II, random) or a grid; no trial ever reads the test split. Trials table: one row per
+search trial, with its parameters, objective values, Pareto membership and whether the final
+stage selected it. Final: the selected configurations, and the ``compare`` references, rerun on
+fresh seeds, paired, with the test split read once at the pre-set final round.
+
+Both stages are Tune experiments under ``RESULTS/_tune``; ``resume=True`` restores them, so
+finished trials are not rerun and unfinished ones continue from their last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from ..config import RunConfig
+from ..results import read_table, rows_to_table, write_atomic
+from .spaces import load_space
+from .spec import SweepSpec
+from .trainable import objective_value, trial_main
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    results_dir: str
+    trials: pd.DataFrame
+    selected: list[dict[str, Any]]
+    final_runs: pd.DataFrame | None
+
+
+def derive_concurrency(spec: SweepSpec, resources: dict[str, float]) -> int:
+    """Trials that fit at once: min over resource kinds of ⌊available / per-trial need⌋."""
+    need = spec.trial.totals()
+    fits = [math.floor(resources.get(k, 0.0) / v + 1e-9) for k, v in need.items() if v > 0]
+    n = min(fits) if fits else 1
+    if spec.search.max_concurrent_trials > 0:
+        n = min(n, spec.search.max_concurrent_trials)
+    if n < 1:
+        raise ValueError(
+            f"trial: one trial needs {need} but the cluster offers {resources}; lower trial.cpus, "
+            "trial.workers or trial.cpu_per_worker"
+        )
+    return n
+
+
+def make_searcher(spec: SweepSpec, concurrency: int = 0):
+    """(search_alg, tune_metric, tune_mode, param_space) for the sweep's searcher."""
+    from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    s = spec.search
+    if s.searcher == "grid":
+        space = {k: tune.grid_search(list(v)) for k, v in s.grid.items()}
+        gen = BasicVariantGenerator(random_state=s.seed, max_concurrent=concurrency)
+        return gen, "val_acc", "max", space
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    sampler = {
+        "tpe": lambda: optuna.samplers.TPESampler(seed=s.seed),
+        "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=s.seed),
+        "random": lambda: optuna.samplers.RandomSampler(seed=s.seed),
+    }[s.searcher]()
+    if s.objective == "pareto":
+        metric, mode = ["val_acc", "cum_up_restricted"], ["max", "min"]
+    else:
+        metric, mode = ("objective", "max")
+    alg = OptunaSearch(space=load_space(s.space), metric=metric, mode=mode, sampler=sampler)
+    return alg, None, None, None
+
+
+def pareto_front(df: pd.DataFrame) -> pd.Series:
+    """True where no other row has val_acc ≥ and cum_up_restricted ≤ with one strict."""
+    acc, up = df["val_acc"].to_numpy(), df["cum_up_restricted"].to_numpy()
+    out = []
+    for i in range(len(df)):
+        dominated = (acc >= acc[i]) & (up <= up[i]) & ((acc > acc[i]) | (up < up[i]))
+        out.append(not dominated.any())
+    return pd.Series(out, index=df.index)
+
+
+def _tune_run(
+    spec: SweepSpec, stage: str, param_space, search_alg, metric, mode, num_samples: int,
+    concurrency: int, resume: bool, reference: float | None,
+):  # fmt: skip
+    from ray import tune
+
+    storage = str(Path(spec.results_dir, "_tune").resolve())
+    name = f"{spec.name}-{stage}"
+    trainable = tune.with_resources(
+        tune.with_parameters(trial_main, spec=spec, stage=stage, reference_val=reference),
+        tune.PlacementGroupFactory(spec.trial.bundles()),
+    )
+    path = os.path.join(storage, name)
+    if resume and tune.Tuner.can_restore(path):
+        tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
+                                   resume_errored=True)  # fmt: skip
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space,
+            tune_config=tune.TuneConfig(
+                search_alg=search_alg, num_samples=num_samples, metric=metric, mode=mode,
+                # a grid generator carries its own limit (set in make_searcher)
+                max_concurrent_trials=None if _is_variant_generator(search_alg) else concurrency,
+            ),
+            run_config=tune.RunConfig(
+                name=name, storage_path=storage, verbose=1,
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            ),
+        )  # fmt: skip
+    return tuner.fit()
+
+
+def _is_variant_generator(alg) -> bool:
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    return isinstance(alg, BasicVariantGenerator)
+
+
+def _reference_val(spec: SweepSpec, say) -> float | None:
+    """The retention objective's reference: validation accuracy of the reference run."""
+    if spec.search.objective != "retention":
+        return None
+    from ..engine import RunHooks, run_fl
+
+    cfg = spec.run_config(spec.search.reference)
+    cfg = cfg.replace(engine=cfg.engine.__class__(backend="local"))
+    say(f"retention reference run {cfg.run_id} ({spec.search.reference or 'base config'})")
+    summary = run_fl(cfg, hooks=RunHooks(stage="search", evaluate_test=False, sweep=spec.name,
+                                         trial_id="reference"))  # fmt: skip
+    return summary.row["final_val_acc"]
+
+
+def _trials_table(spec: SweepSpec, results, reference: float | None) -> pd.DataFrame:
+    runs = _safe_runs(spec.results_dir)
+    rows = []
+    for r in results:
+        metrics = r.metrics or {}
+        params = {k: v for k, v in (r.config or {}).items()}
+        try:
+            run_id = spec.run_config(params).run_id
+        except Exception:  # noqa: BLE001 - a bad parameter combination is reported as an error
+            run_id = None
+        status = "error" if r.error else metrics.get("status", "unknown")
+        if run_id is not None and runs is not None and run_id in runs.index:
+            status = runs.loc[run_id, "status"] if not r.error else "error"
+        val = metrics.get("val_acc")
+        saving = metrics.get("cum_saving_restricted")
+        rows.append({
+            "sweep": spec.name, "stage": "search", "trial_id": metrics.get("trial_id"),
+            "run_id": run_id, "searcher": spec.search.searcher,
+            "objective": spec.search.objective, "status": str(status),
+            "val_acc": val, "cum_up_restricted": metrics.get("cum_up_restricted"),
+            "cum_saving_restricted": saving,
+            "objective_value": objective_value(spec.search.objective, val, saving, reference,
+                                               spec.search.retention) if val is not None else None,
+            "reference_val_acc": reference, "on_pareto_front": False, "selected": False,
+            "params_json": json.dumps(params, sort_keys=True, default=str),
+            "error": str(r.error).splitlines()[0] if r.error else None,
+        })  # fmt: skip
+    df = pd.DataFrame(rows)
+    if len(df):
+        ok = df["status"].eq("finished") & df["val_acc"].notna()
+        df.loc[ok, "on_pareto_front"] = pareto_front(df[ok]).to_numpy()
+    return df
+
+
+def _safe_runs(results_dir: str) -> pd.DataFrame | None:
+    try:
+        runs = read_table(results_dir, "runs")
+    except Exception:  # noqa: BLE001 - no runs yet
+        return None
+    return runs.drop_duplicates("run_id", keep="last").set_index("run_id")
+
+
+def select(df: pd.DataFrame, spec: SweepSpec, top: int) -> pd.DataFrame:
+    """The configurations the final stage reruns, chosen on validation metrics only."""
+    ok = df[df["status"].eq("finished") & df["val_acc"].notna()].drop_duplicates("run_id")
+    if spec.search.objective == "pareto":
+        ok = ok[ok["on_pareto_front"]]
+        return ok.sort_values(["val_acc", "cum_up_restricted"], ascending=[False, True]).head(top)
+    return ok.sort_values(["objective_value", "val_acc"], ascending=False).head(top)
+
+
+def write_trials(spec: SweepSpec, df: pd.DataFrame) -> Path:
+    path = Path(spec.results_dir) / "trials" / f"{spec.name}.parquet"
+    write_atomic(path, rows_to_table("trials", df.to_dict("records")))
+    return path
+
+
+def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
+              say=print) -> SweepOutcome:  # fmt: skip
+    """Search (unless ``final_only``), write the trials table, then the final stage."""
+    from ..distributed import ensure_ray
+
+    ensure_ray(None)
+    import ray
+
+    resources = ray.cluster_resources()
+    concurrency = derive_concurrency(spec, resources)
+    search_dir = Path(spec.results_dir, "_tune", f"{spec.name}-search")
+    final_dir = Path(spec.results_dir, "_tune", f"{spec.name}-final")
+    if (search_dir.exists() or final_dir.exists()) and not resume and not final_only:
+        raise FileExistsError(
+            f"sweep {spec.name!r} already has results in {Path(spec.results_dir).resolve()}; "
+            "pass --resume to continue it, or --results DIR for a new one"
+        )
+    say(f"sweep {spec.name}: {spec.search.searcher} over "
+        f"{spec.search.space or list(spec.search.grid)} ({spec.search.objective}), "
+        f"{spec.search.num_samples} samples, {concurrency} concurrent trials of "
+        f"{spec.trial.bundles()} on {resources.get('CPU', 0):g} CPUs / "
+        f"{resources.get('GPU', 0):g} GPUs; "
+        f"results in {Path(spec.results_dir).resolve()}")  # fmt: skip
+    trials_path = Path(spec.results_dir) / "trials" / f"{spec.name}.parquet"
+    reference = None
+    if spec.search.searcher == "none":
+        import itertools
+
+        keys = list(spec.search.grid)
+        combos = [dict(zip(keys, v, strict=True))
+                  for v in itertools.product(*spec.search.grid.values())]  # fmt: skip
+        trials = pd.DataFrame([{
+            "sweep": spec.name, "stage": "protocol", "trial_id": None,
+            "run_id": spec.run_config(c).run_id, "searcher": "none",
+            "objective": spec.search.objective, "status": "not searched", "val_acc": None,
+            "cum_up_restricted": None, "cum_saving_restricted": None, "objective_value": None,
+            "reference_val_acc": None, "on_pareto_front": False, "selected": True,
+            "params_json": json.dumps(c, sort_keys=True), "error": None,
+        } for c in combos])  # fmt: skip
+    elif final_only:
+        if not trials_path.is_file():
+            raise FileNotFoundError(f"--final needs a finished search: {trials_path} is missing")
+        trials = pd.read_parquet(trials_path)
+    else:
+        reference = _reference_val(spec, say)
+        alg, metric, mode, space = make_searcher(spec, concurrency)
+        results = _tune_run(spec, "search", space, alg, metric, mode, spec.search.num_samples,
+                            concurrency, resume, reference)  # fmt: skip
+        trials = _trials_table(spec, results, reference)
+    if spec.search.searcher == "none":
+        chosen = trials
+    else:
+        chosen = select(trials, spec, spec.final.top if spec.final else 1)
+    trials["selected"] = trials["run_id"].isin(chosen["run_id"])
+    write_trials(spec, trials)
+    selected = [json.loads(p) for p in chosen["params_json"]]
+    if spec.search.searcher == "none":
+        say(f"protocol: {len(chosen)} grid configurations go straight to the final stage")
+    elif len(chosen):
+        best = chosen.iloc[0]
+        say(
+            f"best configuration (validation only): val_acc={best.val_acc:.4f} "
+            f"cum_saving={100 * (best.cum_saving_restricted or 0):.2f}% params={best.params_json}"
+        )
+    else:
+        say("no search trial finished; nothing to select")
+    final_runs = None
+    if spec.final is not None and selected:
+        points = []
+        for seed in spec.final.seeds:
+            for j, params in enumerate(selected):
+                points.append(dict(params, seed=seed, label=f"selected-{j}"))
+            for j, ref in enumerate(spec.final.compare):
+                points.append(dict(ref, seed=seed, label=f"compare-{j}"))
+        from ray import tune
+
+        say(f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
+            "test split read once at the final round")  # fmt: skip
+        _tune_run(spec, "final", {"final": tune.grid_search(points)}, None, None, None, 1,
+                  concurrency, resume, None)  # fmt: skip
+        runs = read_table(spec.results_dir, "runs")
+        final_runs = runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
+        for (label, method), grp in final_runs.groupby(["label", "cfg.method.name"]):
+            say(f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "
+                f"{grp['seed'].nunique()} seeds, cum_saving="
+                f"{100 * grp['cum_saving_restricted'].mean():.2f}%")  # fmt: skip
+    say(f"Parquet: {Path(spec.results_dir).resolve()}  (pandas.read_parquet(DIR/'rounds'))")
+    return SweepOutcome(spec.results_dir, trials, selected, final_runs)
+
+
+__all__ = ["RunConfig", "SweepOutcome", "derive_concurrency", "pareto_front", "run_sweep"]

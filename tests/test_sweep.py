@@ -1,0 +1,209 @@
+"""Sweeps: validation of sweep files, search stages with each searcher, the trials table and the
+test-split final stage (validation-only search, paired fresh seeds)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import ray
+import yaml
+
+from reuse_ray.config import ConfigError
+from reuse_ray.results import read_table
+from reuse_ray.tuning import derive_concurrency, pareto_front, parse_sweep, run_sweep
+
+pytestmark = pytest.mark.ray
+
+BASE = {
+    "seed": 5,
+    "data": {"name": "digits"},
+    "model": {"name": "cnn", "hidden": 16},
+    "train": {"epochs": 1, "batch_size": 32},
+    "fl": {"num_clients": 10, "clients_per_round": 4, "rounds": 4, "eval_every": 2},
+    "method": {"name": "dg_fedreuse", "topk_ratio": 0.2},
+}
+
+
+def sweep(tmp_path, **blocks) -> dict:
+    raw = {"name": "t", "base": copy.deepcopy(BASE),
+           "search": {"space": "dg_fedreuse", "searcher": "tpe", "num_samples": 3, "seed": 0},
+           "results_dir": str(tmp_path / "sweep"), "checkpoint_every": 2}  # fmt: skip
+    raw.update(blocks)
+    return raw
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_runtime():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+# ------------------------------------------------------------------ validation, no trials run
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "fragment"),
+    [
+        ({"search": {"searcher": "bayes", "space": "dg_fedreuse"}}, "search.searcher", "tpe"),
+        ({"search": {"searcher": "tpe"}}, "search.space", "needs a space"),
+        ({"search": {"space": "nope"}}, "search.space", "allowed: dg_fedreuse"),
+        ({"search": {"space": "fedavg", "objective": "pareto"}}, "search.objective", "nsga2"),
+        (
+            {"search": {"searcher": "grid", "grid": {"method.topk_ratio": [0.2, 2.0]}}},
+            "search.grid.method.topk_ratio",
+            "(0.0, 1.0]",
+        ),
+        ({"search": {"space": "fedavg", "num_samples": 0}}, "search.num_samples", "> 0"),
+        ({"trial": {"backend": "spark"}}, "trial.backend", "local, ray"),
+        ({"final": {"seeds": [5, 6]}}, "final.seeds", "[5] were used by the search"),
+        ({"final": {"seeds": []}}, "final.seeds", "at least one"),
+        ({"bogus": 1}, "bogus", "unknown field"),
+    ],
+)
+def test_bad_sweep_files_name_the_field(tmp_path, change, field, fragment):
+    with pytest.raises(ConfigError) as exc:
+        parse_sweep(sweep(tmp_path, **change))
+    assert exc.value.field == field and fragment in str(exc.value)
+
+
+def test_every_shipped_sweep_file_validates():
+    from pathlib import Path
+
+    files = sorted(Path("sweeps").glob("*.yaml"))
+    names = {f.stem for f in files}
+    assert {"quickstart", "paper_protocol", "topk_grid", "factorial", "dg_search"} <= names
+    for f in files:
+        parse_sweep(yaml.safe_load(f.read_text()), str(f))
+
+
+def test_concurrency_is_derived_from_resources(tmp_path):
+    spec = parse_sweep(sweep(tmp_path))
+    assert derive_concurrency(spec, {"CPU": 2.0}) == 2
+    assert derive_concurrency(spec, {"CPU": 16.0}) == 16
+    ray_trial = parse_sweep(sweep(tmp_path, trial={"backend": "ray", "cpus": 0.5, "workers": 3}))
+    assert ray_trial.trial.bundles() == [{"CPU": 0.5}, {"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}]
+    assert derive_concurrency(ray_trial, {"CPU": 8.0}) == 2
+    with pytest.raises(ValueError, match="one trial needs"):
+        derive_concurrency(ray_trial, {"CPU": 2.0})
+
+
+def test_pareto_front_by_hand():
+    df = pd.DataFrame({"val_acc": [0.9, 0.8, 0.85, 0.7, 0.9],
+                       "cum_up_restricted": [10, 5, 12, 5, 10]})  # fmt: skip
+    assert pareto_front(df).tolist() == [True, True, False, False, True]
+
+
+# ------------------------------------------------------------------ real sweeps
+
+
+def test_tpe_search_then_final_stage_validation_only(tmp_path):
+    raw = sweep(tmp_path, final={"seeds": [71, 72], "top": 1,
+                                 "compare": [{"method.name": "fedavg"}]})  # fmt: skip
+    out = run_sweep(parse_sweep(raw), say=lambda m: None)
+    trials = read_table(tmp_path / "sweep", "trials")
+    assert len(trials) == 3 and trials["status"].eq("finished").all()
+    assert trials["selected"].sum() == 1 and trials["searcher"].eq("tpe").all()
+    params = [json.loads(p) for p in trials["params_json"]]
+    assert all(p["method.dg.tau_min"] <= p["method.dg.tau0"] for p in params)
+    runs = read_table(tmp_path / "sweep", "runs")
+    search = runs[runs["stage"] == "search"]
+    final = runs[runs["stage"] == "final"]
+    # the search never read the test split; the final stage read it exactly once per run
+    assert (
+        len(search) == 3 and (search["test_reads"] == 0).all() and search["test_acc"].isna().all()
+    )
+    assert len(final) == 4 and (final["test_reads"] == 1).all() and final["test_acc"].notna().all()
+    assert set(final["seed"]) == {71, 72} and set(search["seed"]) == {5}
+    assert sorted(final["label"].unique()) == ["compare-0", "selected-0"]
+    # pairing: on each fresh seed both configurations saw the same client schedule
+    ev = read_table(tmp_path / "sweep", "client_events")
+    for seed in (71, 72):
+        ids = final[final["seed"] == seed]["run_id"].tolist()
+        scheds = [ev[ev.run_id == r].sort_values(["round", "client_id"])[["round", "client_id"]]
+                  .to_numpy() for r in ids]  # fmt: skip
+        assert np.array_equal(scheds[0], scheds[1])
+    assert out.selected and out.final_runs is not None
+    # the selected run's config is the best trial's, applied to the base
+    best = trials[trials["selected"]].iloc[0]
+    assert best["val_acc"] == trials["val_acc"].max()
+    # rerunning without --resume refuses to overwrite
+    with pytest.raises(FileExistsError, match="--resume"):
+        run_sweep(parse_sweep(raw), say=lambda m: None)
+
+
+def test_nsga2_pareto_and_retention_and_grid(tmp_path):
+    raw = sweep(
+        tmp_path / "mo",
+        search={
+            "space": "dg_fedreuse",
+            "searcher": "nsga2",
+            "objective": "pareto",
+            "num_samples": 4,
+            "seed": 1,
+        },
+    )
+    run_sweep(parse_sweep(raw), say=lambda m: None)
+    trials = read_table(tmp_path / "mo" / "sweep", "trials")
+    front = pareto_front(trials)
+    assert trials["on_pareto_front"].tolist() == front.tolist() and front.any()
+
+    raw = sweep(tmp_path / "ret", search={
+        "space": "dg_fedreuse", "searcher": "random", "objective": "retention",
+        "num_samples": 3, "retention": 0.5, "reference": {"method.name": "fedavg",
+                                                           "method.topk_ratio": 1.0}})  # fmt: skip
+    run_sweep(parse_sweep(raw), say=lambda m: None)
+    trials = read_table(tmp_path / "ret" / "sweep", "trials")
+    ref = trials["reference_val_acc"].iloc[0]
+    assert ref > 0.1
+    feasible = trials["val_acc"] >= 0.5 * ref
+    assert (
+        trials.loc[feasible, "objective_value"] == trials.loc[feasible, "cum_saving_restricted"]
+    ).all()
+    assert (trials.loc[~feasible, "objective_value"] < -1).all()
+
+    raw = sweep(tmp_path / "grid", search={"searcher": "grid", "num_samples": 1, "grid": {
+        "method.topk_ratio": [1.0, 0.2], "method.dg.gate": ["off", "proxy"]}})  # fmt: skip
+    run_sweep(parse_sweep(raw), say=lambda m: None)
+    trials = read_table(tmp_path / "grid" / "sweep", "trials")
+    combos = sorted((json.loads(p)["method.topk_ratio"], json.loads(p)["method.dg.gate"])
+                    for p in trials["params_json"])  # fmt: skip
+    assert combos == [(0.2, "off"), (0.2, "proxy"), (1.0, "off"), (1.0, "proxy")]
+
+
+def test_diverged_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
+    raw = sweep(tmp_path, search={"searcher": "grid", "num_samples": 1,
+                                  "grid": {"train.lr": [0.05, 50.0]}})  # fmt: skip
+    run_sweep(parse_sweep(raw), say=lambda m: None)
+    trials = read_table(tmp_path / "sweep", "trials")
+    status = dict(zip([json.loads(p)["train.lr"] for p in trials["params_json"]],
+                      trials["status"], strict=True))  # fmt: skip
+    assert status == {0.05: "finished", 50.0: "diverged"}
+    runs = read_table(tmp_path / "sweep", "runs").set_index("cfg.train.lr")
+    assert runs.loc[50.0, "status"] == "diverged" and "non-finite" in runs.loc[50.0, "error"]
+    assert runs.loc[0.05, "status"] == "finished"
+
+
+def test_trial_on_the_ray_engine_reserves_its_workers(tmp_path):
+    raw = sweep(tmp_path, search={"searcher": "grid", "num_samples": 1,
+                                  "grid": {"method.dg.gate": ["off"]}},
+                trial={"backend": "ray", "cpus": 0.5, "workers": 1})  # fmt: skip
+    run_sweep(parse_sweep(raw), say=lambda m: None)
+    runs = read_table(tmp_path / "sweep", "runs")
+    assert runs.iloc[0]["status"] == "finished" and runs.iloc[0]["backend"] == "ray"
+
+
+def test_protocol_searcher_none_runs_every_grid_cell_on_the_final_seeds(tmp_path):
+    raw = sweep(tmp_path, search={"searcher": "none", "grid": {
+        "method.name": ["fedavg", "dg_fedreuse"], "method.topk_ratio": [1.0, 0.2]}},
+        final={"seeds": [5]})  # fmt: skip
+    raw["base"]["fl"]["rounds"] = 2
+    run_sweep(parse_sweep(raw), say=lambda m: None)
+    runs = read_table(tmp_path / "sweep", "runs")
+    assert len(runs) == 4 and (runs["stage"] == "final").all() and (runs["test_reads"] == 1).all()
+    cells = sorted(zip(runs["cfg.method.name"], runs["cfg.method.topk_ratio"], strict=True))
+    assert cells == [("dg_fedreuse", 0.2), ("dg_fedreuse", 1.0), ("fedavg", 0.2), ("fedavg", 1.0)]
