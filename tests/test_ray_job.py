@@ -1,4 +1,5 @@
-"""Integration: a head node started with `ray start`, a run submitted with `ray job submit`."""
+"""Integration: a head node started with `ray start`; a run and the quickstart sweep submitted
+with `ray job submit`."""
 
 from __future__ import annotations
 
@@ -48,5 +49,20 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
         runs = read_table(results, "runs")
         assert runs.iloc[0]["status"] == "finished" and runs.iloc[0]["backend"] == "ray"
         assert len(read_table(results, "rounds")) == 2
+
+        sweep_results = tmp_path / "sweep-results"
+        job = subprocess.run(
+            [ray_cli, "job", "submit", "--address", f"http://127.0.0.1:{dash}",
+             "--working-dir", str(ROOT), "--", "reuse-ray", "sweep", "sweeps/quickstart.yaml",
+             "--set", "base.fl.rounds=3", "--set", "search.num_samples=2",
+             "--set", "final.seeds=[1001]", "--results", str(sweep_results)],
+            env=env, capture_output=True, text=True, timeout=900,
+        )  # fmt: skip
+        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+        assert "best configuration" in job.stdout
+        trials = read_table(sweep_results, "trials")
+        assert len(trials) == 2 and trials["status"].eq("finished").all()
+        final = read_table(sweep_results, "runs").query("stage == 'final'")
+        assert len(final) == 2 and (final["test_reads"] == 1).all()
     finally:
         subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
