@@ -1,0 +1,190 @@
+"""The Parquet schema of every results table, declared once (ALGORITHMS.md §3.3).
+
+Layout of a results directory (one dataset per table, hive-partitioned by method)::
+
+    RESULTS/runs/method=<name>/<run_id>.parquet           one row per run
+    RESULTS/rounds/method=<name>/<run_id>.parquet         one row per run × round
+    RESULTS/client_events/method=<name>/<run_id>.parquet  one row per run × round × selected client
+    RESULTS/clients/method=<name>/<run_id>.parquet        one row per run × client (partition)
+
+``method`` is the partition column, so it lives in the directory name, not inside the files;
+``pandas.read_parquet(RESULTS / "rounds")`` returns it as a column.
+
+Column meanings (bytes are integers):
+
+* ``up_restricted``: the seed's restricted uplink field model (§3.1, R10): Top-K field bytes for
+  fresh updates, 16 B per reused event.
+* ``down_sensitivity``: the seed's dense-downlink sensitivity (§3.3 item 2): B0 per selected client.
+* ``dense_reference``: m_t·B0, the dense-uplink reference of the savings.
+* ``up_measured`` / ``down_measured``: lengths of the real serialized messages (headers included).
+* ``saving_restricted``: s_t = 1 − U_t/(m_t B0); ``cum_saving_restricted``: S_T (R10);
+  ``cum_saving_bidirectional``: the sensitivity saving 1 − (ΣU + Σm B0)/(2 Σm B0) (R11).
+"""
+
+from __future__ import annotations
+
+import types
+import typing
+
+import pyarrow as pa
+
+from ..config import flat_field_types
+
+TABLES = ("runs", "rounds", "client_events", "clients", "trials")
+PARTITION_COLUMN = "method"
+
+RUN_STATUS = ("running", "finished", "failed", "diverged")
+CLIENT_DECISIONS = ("fresh", "reused", "skipped")
+
+
+def _arrow_type(tp: typing.Any) -> pa.DataType:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        inner = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _arrow_type(inner[0])
+    if origin is tuple:
+        return pa.list_(_arrow_type(typing.get_args(tp)[0]))
+    return {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}[tp]
+
+
+def config_fields() -> list[pa.Field]:
+    """One ``cfg.<dotted>`` column per leaf of RunConfig."""
+    return [pa.field(f"cfg.{k}", _arrow_type(t)) for k, t in flat_field_types().items()]
+
+
+RUNS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("seed", pa.int64(), nullable=False),
+        pa.field("status", pa.string(), nullable=False),
+        pa.field("error", pa.string()),
+        pa.field("stage", pa.string()),  # run | search | final
+        pa.field("sweep", pa.string()),
+        pa.field("trial_id", pa.string()),
+        pa.field("label", pa.string()),  # final stage: selected-<j> or compare-<j>
+        pa.field("dataset", pa.string()),
+        pa.field("model", pa.string()),
+        pa.field("backend", pa.string()),
+        pa.field("rounds_planned", pa.int64()),
+        pa.field("rounds_completed", pa.int64()),
+        pa.field("final_round", pa.int64()),
+        pa.field("num_params", pa.int64()),
+        pa.field("dense_bytes", pa.int64()),  # B0
+        pa.field("final_val_acc", pa.float64()),
+        pa.field("final_val_loss", pa.float64()),
+        pa.field("test_acc", pa.float64()),
+        pa.field("test_loss", pa.float64()),
+        pa.field("test_round", pa.int64()),
+        pa.field("test_reads", pa.int64()),  # times the test split was loaded (0 or 1)
+        pa.field("cum_up_restricted", pa.int64()),
+        pa.field("cum_down_sensitivity", pa.int64()),
+        pa.field("cum_dense_reference", pa.int64()),
+        pa.field("cum_up_measured", pa.int64()),
+        pa.field("cum_down_measured", pa.int64()),
+        pa.field("cum_saving_restricted", pa.float64()),
+        pa.field("cum_saving_bidirectional", pa.float64()),
+        pa.field("server_memory_bytes", pa.int64()),
+        pa.field("client_steps", pa.int64()),
+        pa.field("wall_s", pa.float64()),
+        pa.field("started_at", pa.string()),
+        pa.field("config_json", pa.string()),
+        *config_fields(),
+    ]
+)
+
+ROUNDS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("seed", pa.int64(), nullable=False),
+        pa.field("round", pa.int64(), nullable=False),
+        pa.field("num_selected", pa.int64()),
+        pa.field("num_fresh", pa.int64()),
+        pa.field("num_reused", pa.int64()),
+        pa.field("train_loss", pa.float64()),
+        pa.field("val_acc", pa.float64()),  # null on rounds without evaluation
+        pa.field("val_loss", pa.float64()),
+        pa.field("up_restricted", pa.int64()),
+        pa.field("down_sensitivity", pa.int64()),
+        pa.field("dense_reference", pa.int64()),
+        pa.field("up_measured", pa.int64()),
+        pa.field("down_measured", pa.int64()),
+        pa.field("cum_up_restricted", pa.int64()),
+        pa.field("cum_down_sensitivity", pa.int64()),
+        pa.field("cum_dense_reference", pa.int64()),
+        pa.field("cum_up_measured", pa.int64()),
+        pa.field("cum_down_measured", pa.int64()),
+        pa.field("saving_restricted", pa.float64()),
+        pa.field("cum_saving_restricted", pa.float64()),
+        pa.field("cum_saving_bidirectional", pa.float64()),
+        pa.field("client_steps", pa.int64()),
+        pa.field("update_norm", pa.float64()),  # ‖w_{t+1} − w_t‖
+        pa.field("round_wall_s", pa.float64()),
+    ]
+)
+
+CLIENT_EVENTS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("seed", pa.int64(), nullable=False),
+        pa.field("round", pa.int64(), nullable=False),
+        pa.field("client_id", pa.int64(), nullable=False),
+        pa.field("decision", pa.string(), nullable=False),  # one of CLIENT_DECISIONS
+        pa.field("num_samples", pa.int64()),
+        pa.field("weight", pa.float64()),  # aggregation weight π_i
+        pa.field("train_loss", pa.float64()),
+        pa.field("local_steps", pa.int64()),
+        pa.field("up_restricted", pa.int64()),
+        pa.field("up_measured", pa.int64()),
+        pa.field("down_measured", pa.int64()),
+        pa.field("update_norm", pa.float64()),  # ‖u_i‖ of the contribution
+        # DG-FedReuse gate columns, null for methods without a gate
+        pa.field("gate_score", pa.float64()),
+        pa.field("tau", pa.float64()),
+        pa.field("age", pa.int64()),
+        pa.field("promoted", pa.bool_()),
+        pa.field("wall_s", pa.float64()),
+    ]
+)
+
+CLIENTS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),
+        pa.field("seed", pa.int64(), nullable=False),
+        pa.field("client_id", pa.int64(), nullable=False),
+        pa.field("num_samples", pa.int64()),
+        pa.field("class_counts", pa.list_(pa.int64())),
+    ]
+)
+
+TRIALS = pa.schema(
+    [
+        pa.field("sweep", pa.string(), nullable=False),
+        pa.field("stage", pa.string()),
+        pa.field("trial_id", pa.string()),
+        pa.field("run_id", pa.string()),
+        pa.field("searcher", pa.string()),
+        pa.field("objective", pa.string()),
+        pa.field("status", pa.string()),
+        pa.field("val_acc", pa.float64()),
+        pa.field("cum_up_restricted", pa.float64()),
+        pa.field("cum_saving_restricted", pa.float64()),
+        pa.field("objective_value", pa.float64()),
+        pa.field("reference_val_acc", pa.float64()),
+        pa.field("on_pareto_front", pa.bool_()),
+        pa.field("selected", pa.bool_()),
+        pa.field("params_json", pa.string()),
+        pa.field("error", pa.string()),
+    ]
+)
+
+# tables written once per run, partitioned by method
+RUN_TABLES: dict[str, pa.Schema] = {
+    "runs": RUNS,
+    "rounds": ROUNDS,
+    "client_events": CLIENT_EVENTS,
+    "clients": CLIENTS,
+}
+SCHEMAS: dict[str, pa.Schema] = {**RUN_TABLES, "trials": TRIALS}
+
+# columns that measure time and therefore differ between otherwise identical runs
+TIMING_COLUMNS = {"wall_s", "round_wall_s", "started_at"}
