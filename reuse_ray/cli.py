@@ -67,6 +67,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_report(args: argparse.Namespace) -> int:
+    from analysis import AnalysisError, write_report
+
+    try:
+        path = write_report(args.results, args.out, args.round, args.reference, args.target)
+    except (AnalysisError, ValueError) as err:
+        print(f"reuse-ray: {err}", file=sys.stderr)
+        return 2
+    _print(f"report: {path.resolve()} (and report.html, PNG figures beside it)")
+    return 0
+
+
 def _shutdown_ray() -> None:
     if "ray" in sys.modules:
         import ray
@@ -112,6 +124,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--final", action="store_true", help="only run the final stage of a finished search"
     )
     sw.set_defaults(func=cmd_sweep)
+    rp = sub.add_parser("report", help="tables, paired statistics and plots from Parquet results")
+    rp.add_argument("results", nargs="+", help="results directories (local paths or URIs)")
+    rp.add_argument("--out", help="output folder (default: RESULTS/report)")
+    rp.add_argument("--round", type=int, help="fixed budget T (default: last common round)")
+    rp.add_argument("--reference", help="arm the paired differences are taken against")
+    rp.add_argument("--target", type=float, help="validation accuracy for bytes-to-target")
+    rp.set_defaults(func=cmd_report)
     f = sub.add_parser("fetch", help="download a dataset into the data root (needs internet)")
     f.add_argument("dataset")
     f.add_argument("--root", default=None)

@@ -131,6 +131,22 @@ def test_tpe_search_then_final_stage_validation_only(tmp_path):
     # the selected run's config is the best trial's, applied to the base
     best = trials[trials["selected"]].iloc[0]
     assert best["val_acc"] == trials["val_acc"].max()
+    # the sweep ended with a report of its final stage: tables, figures, both arms
+    report = tmp_path / "sweep" / "report"
+    text = (report / "report.md").read_text()
+    assert "dg_fedreuse [selected-0]" in text and "fedavg [compare-0]" in text
+    assert "Fixed-budget comparison at round 4" in text and "gate diagnostics" in text
+    for png in (
+        "val_acc_vs_round.png",
+        "val_acc_vs_uplink.png",
+        "gate_scores.png",
+        "pareto_front.png",
+    ):
+        assert (report / png).stat().st_size > 1000
+    from reuse_ray.cli import main
+
+    assert main(["report", str(tmp_path / "sweep"), "--out", str(tmp_path / "rep2")]) == 0
+    assert (tmp_path / "rep2" / "report.html").is_file()
     # rerunning without --resume refuses to overwrite
     with pytest.raises(FileExistsError, match="--resume"):
         run_sweep(parse_sweep(raw), say=lambda m: None)

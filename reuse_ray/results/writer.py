@@ -28,7 +28,9 @@ def rows_to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
     for row in rows:
         extra = set(row) - names
         if extra:
-            raise KeyError(f"table {table!r} has no column(s) {sorted(extra)}; see results/schema.py")
+            raise KeyError(
+                f"table {table!r} has no column(s) {sorted(extra)}; see results/schema.py"
+            )
     return pa.Table.from_pylist(rows, schema=schema)
 
 

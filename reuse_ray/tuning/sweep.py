@@ -285,6 +285,18 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
                 f"{grp['seed'].nunique()} seeds, cum_saving="
                 f"{100 * grp['cum_saving_restricted'].mean():.2f}%")  # fmt: skip
     say(f"Parquet: {Path(spec.results_dir).resolve()}  (pandas.read_parquet(DIR/'rounds'))")
+    try:
+        import warnings
+
+        from analysis import write_report
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            report = write_report(spec.results_dir)
+        say(f"report: {report.resolve()}")
+    except Exception as err:  # noqa: BLE001 - the results stay; only the report is missing
+        say(f"report: not written ({type(err).__name__}: {err}); run reuse-ray report "
+            f"{spec.results_dir} to retry")  # fmt: skip
     return SweepOutcome(spec.results_dir, trials, selected, final_runs)
 
 

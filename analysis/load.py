@@ -1,0 +1,111 @@
+"""Loading results directories into pandas, with clear errors for missing or corrupt files."""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+
+TABLES = ("runs", "rounds", "client_events", "trials")
+
+
+class AnalysisError(RuntimeError):
+    """A results location is missing, empty or holds a file that is not valid Parquet."""
+
+
+@dataclass
+class Results:
+    """The tables of one or more results directories; unfinished runs excluded by default."""
+
+    runs: pd.DataFrame
+    rounds: pd.DataFrame
+    client_events: pd.DataFrame
+    trials: pd.DataFrame
+    excluded: int = 0  # runs left out because they crashed, diverged or were interrupted
+
+
+def _resolve(location: str | Path) -> tuple[pafs.FileSystem, str]:
+    loc = str(location)
+    if "://" in loc:
+        return pafs.FileSystem.from_uri(loc)
+    return pafs.LocalFileSystem(), str(Path(loc).resolve())
+
+
+def _read(fs: pafs.FileSystem, root: str, table: str) -> pd.DataFrame | None:
+    base = f"{root}/{table}"
+    info = fs.get_file_info(base)
+    if info.type != pafs.FileType.Directory:
+        return None
+    files = [
+        f.path for f in fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        if f.type == pafs.FileType.File and f.path.endswith(".parquet")
+        and not Path(f.path).name.startswith((".", "_"))
+    ]  # fmt: skip
+    for path in files:
+        try:
+            with fs.open_input_file(path) as fh:
+                pq.read_metadata(fh)
+        except Exception as err:  # noqa: BLE001 - any reader failure means a corrupt file
+            raise AnalysisError(f"corrupt Parquet file {path}: {err}") from None
+    if not files:
+        return None
+    return ds.dataset(base, filesystem=fs, format="parquet", partitioning="hive").to_table(
+    ).to_pandas()  # fmt: skip
+
+
+def load(locations: str | Path | list[str | Path], include_unfinished: bool = False) -> Results:
+    """Load one or many results directories (a run's, a sweep's) into one :class:`Results`."""
+    if isinstance(locations, str | Path):
+        locations = [locations]
+    frames: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
+    for loc in locations:
+        fs, root = _resolve(loc)
+        if fs.get_file_info(root).type != pafs.FileType.Directory:
+            raise AnalysisError(f"no results directory at {loc}")
+        got = {t: _read(fs, root, t) for t in TABLES}
+        if got["runs"] is None:
+            raise AnalysisError(f"{loc} holds no runs table (expected {root}/runs/...)")
+        for t, df in got.items():
+            if df is not None:
+                frames[t].append(df)
+    out = {t: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for t, v in frames.items()}
+    runs = out["runs"].drop_duplicates("run_id", keep="last")
+    excluded = 0
+    if not include_unfinished:
+        bad = runs[runs["status"] != "finished"]
+        excluded = len(bad)
+        if excluded:
+            counts = bad["status"].value_counts().to_dict()
+            warnings.warn(f"excluded {excluded} unfinished runs {counts}; pass "
+                          "include_unfinished=True to keep them", stacklevel=2)  # fmt: skip
+        keep = set(runs.loc[runs["status"] == "finished", "run_id"])
+        runs = runs[runs["run_id"].isin(keep)]
+        for t in ("rounds", "client_events"):
+            if len(out[t]):
+                out[t] = out[t][out[t]["run_id"].isin(keep)]
+    runs = runs.assign(arm=_arm(runs))
+    arms = runs.set_index("run_id")["arm"]
+    for t in ("rounds", "client_events"):
+        if len(out[t]):
+            out[t] = out[t].assign(arm=out[t]["run_id"].map(arms))
+    return Results(
+        runs.reset_index(drop=True),
+        out["rounds"].reset_index(drop=True),
+        out["client_events"].reset_index(drop=True),
+        out["trials"],
+        excluded,
+    )
+
+
+def _arm(runs: pd.DataFrame) -> pd.Series:
+    """What a comparison groups by: the method, plus the final-stage label when there is one."""
+    method = runs["method"].astype(str)
+    if "label" not in runs:
+        return method
+    label = runs["label"]
+    return method.where(label.isna(), method + " [" + label.astype(str) + "]")

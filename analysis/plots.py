@@ -1,0 +1,92 @@
+"""Figures as PNG files with labelled axes and units (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from .load import Results  # noqa: E402
+
+
+def _bands(ax, df: pd.DataFrame, x: str, y: str, logx: bool = False) -> None:
+    """Per arm: the mean over seeds as a line, min–max over seeds as a band."""
+    for arm, g in df.groupby("arm"):
+        per = g.groupby("round").agg(x=(x, "mean"), mean=(y, "mean"), lo=(y, "min"), hi=(y, "max"))
+        per = per.dropna()
+        ax.plot(per["x"], per["mean"], marker="o", ms=3, label=f"{arm} (n={g['seed'].nunique()})")
+        ax.fill_between(per["x"], per["lo"], per["hi"], alpha=0.2)
+    if logx:
+        ax.set_xscale("log")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+def accuracy_curves(res: Results, out: Path) -> list[Path]:
+    """Validation accuracy against round and against cumulative restricted uplink (log)."""
+    df = res.rounds[res.rounds["val_acc"].notna()]
+    paths = []
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    _bands(ax, df, "round", "val_acc")
+    ax.set_xlabel("round")
+    ax.set_ylabel("validation accuracy (fraction)")
+    ax.set_title("Validation accuracy by round (mean, min-max over seeds)")
+    paths.append(_save(fig, out / "val_acc_vs_round.png"))
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    _bands(ax, df.assign(MB=df["cum_up_restricted"] / 1e6), "MB", "val_acc", logx=True)
+    ax.set_xlabel("cumulative restricted uplink (MB, log scale)")
+    ax.set_ylabel("validation accuracy (fraction)")
+    ax.set_title("Validation accuracy against uplink bytes")
+    paths.append(_save(fig, out / "val_acc_vs_uplink.png"))
+    return paths
+
+
+def pareto_plot(trials: pd.DataFrame, out: Path) -> Path | None:
+    """Search trials in (cumulative uplink, validation accuracy), the Pareto front highlighted."""
+    t = trials[trials["val_acc"].notna() & trials["cum_up_restricted"].notna()]
+    if not len(t):
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    ax.scatter(t["cum_up_restricted"] / 1e6, t["val_acc"], c="0.6", s=18, label="trial")
+    f = t[t["on_pareto_front"].astype(bool)].sort_values("cum_up_restricted")
+    ax.plot(f["cum_up_restricted"] / 1e6, f["val_acc"], "o-", c="C3", label="Pareto front")
+    ax.set_xscale("log")
+    ax.set_xlabel("cumulative restricted uplink (MB, log scale)")
+    ax.set_ylabel("validation accuracy (fraction)")
+    ax.set_title("Search trials: accuracy vs uplink bytes")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return _save(fig, out / "pareto_front.png")
+
+
+def gate_scores(res: Results, out: Path) -> Path | None:
+    """Distribution of the gate distance D of gated events, fresh vs reused, with τ_t's range."""
+    ev = res.client_events
+    if not len(ev):
+        return None
+    ev = ev[ev["gate_score"].notna() & ev["age"].notna() & ev["tau"].notna()]
+    if not len(ev):
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for decision, g in ev.groupby("decision"):
+        ax.hist(
+            g["gate_score"], bins=30, range=(0, 1), alpha=0.55, label=f"{decision} (n={len(g)})"
+        )
+    ax.axvspan(ev["tau"].min(), ev["tau"].max(), color="k", alpha=0.1, label="τ_t range")
+    ax.set_xlabel("gate distance D (clipped cosine distance, unitless)")
+    ax.set_ylabel("client events (count)")
+    ax.set_title("Gate scores of cacheful clients below the age cap")
+    ax.legend(fontsize=8)
+    return _save(fig, out / "gate_scores.png")
+
+
+def _save(fig, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

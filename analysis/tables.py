@@ -1,0 +1,199 @@
+"""The paper's tables as DataFrames (and Markdown), computed from Parquet rows only.
+
+* :func:`fixed_budget` — Table 6 analogue: accuracy and cumulative restricted saving at a
+  pre-set round T, mean ± SD over seeds, paired differences against a reference arm with
+  bootstrap 95 % CIs (pairs share a seed, hence partitions and client schedules);
+* :func:`downlink_table` — Table 7 analogue: the dense-downlink sensitivity beside the measured
+  bidirectional ledger;
+* :func:`factorial` — reuse × Top-K main effects and interaction on identical schedules;
+* :func:`bytes_to_target` — bytes and rounds to a validation target fixed in advance, with
+  censoring for runs that never reach it;
+* :func:`gate_diagnostics` — DG-FedReuse gate firing rate, D against τ_t, reuse fraction.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from .load import Results
+from .stats import bootstrap_ci, mean_sd
+
+
+def common_round(res: Results) -> int:
+    """The largest round every run completed (the default fixed budget T)."""
+    return int(res.rounds.groupby("run_id")["round"].max().min())
+
+
+def at_round(res: Results, T: int) -> pd.DataFrame:
+    """One row per run at round T: validation metrics there, cumulative ledgers, test metrics."""
+    r = res.rounds[res.rounds["round"] == T].set_index("run_id")
+    runs = res.runs.set_index("run_id")
+    out = r[["arm", "seed", "val_acc", "cum_saving_restricted", "cum_saving_bidirectional",
+             "cum_up_restricted", "cum_down_sensitivity", "cum_dense_reference",
+             "cum_up_measured", "cum_down_measured"]].copy()  # fmt: skip
+    out["dataset"] = runs["dataset"].reindex(out.index)
+    test_ok = runs["test_round"].reindex(out.index) == T
+    out["test_acc"] = runs["test_acc"].reindex(out.index).where(test_ok)
+    return out.reset_index()
+
+
+def _paired(df: pd.DataFrame, value: str, arm: str, reference: str, seed: int) -> dict:
+    a = df[df["arm"] == arm].set_index(["dataset", "seed"])[value]
+    b = df[df["arm"] == reference].set_index(["dataset", "seed"])[value]
+    d = (a - b).dropna()
+    lo, hi = bootstrap_ci(d.to_numpy(), seed=seed)
+    return {"n_pairs": len(d), "mean": float(d.mean()) if len(d) else float("nan"),
+            "lo": lo, "hi": hi}  # fmt: skip
+
+
+def fixed_budget(res: Results, T: int | None = None, reference: str | None = None,
+                 seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Accuracy and savings at round T per (dataset, arm), with paired differences."""
+    T = T or common_round(res)
+    df = at_round(res, T)
+    arms = sorted(df["arm"].unique())
+    reference = reference or next((a for a in arms if a.startswith("fedavg")), arms[0])
+    rows = []
+    for (dataset, arm), g in df.groupby(["dataset", "arm"]):
+        row = {"dataset": dataset, "arm": arm, "round": T, "seeds": g["seed"].nunique()}
+        for col in ("val_acc", "test_acc", "cum_saving_restricted", "cum_saving_bidirectional"):
+            row[f"{col}_mean"], row[f"{col}_sd"] = mean_sd(g[col])
+        if arm != reference:
+            sub = df[df["dataset"] == dataset]
+            for col in ("val_acc", "test_acc", "cum_saving_restricted"):
+                p = _paired(sub, col, arm, reference, seed)
+                row[f"d_{col}"], row[f"d_{col}_lo"], row[f"d_{col}_hi"] = (
+                    p["mean"],
+                    p["lo"],
+                    p["hi"],
+                )
+                row["pairs"] = p["n_pairs"]
+        rows.append(row)
+    out = pd.DataFrame(rows)
+    out.attrs["reference"] = reference
+    return out
+
+
+def downlink_table(res: Results, T: int | None = None) -> pd.DataFrame:
+    """Restricted uplink saving, its dense-downlink sensitivity, and the measured bytes."""
+    T = T or common_round(res)
+    df = at_round(res, T)
+    df["measured_total"] = df["cum_up_measured"] + df["cum_down_measured"]
+    df["measured_vs_dense"] = df["measured_total"] / (2 * df["cum_dense_reference"])
+    g = df.groupby(["dataset", "arm"])
+    return pd.DataFrame({
+        "round": T,
+        "uplink_saving": g["cum_saving_restricted"].mean(),
+        "bidirectional_sensitivity_saving": g["cum_saving_bidirectional"].mean(),
+        "measured_up_MB": g["cum_up_measured"].mean() / 1e6,
+        "measured_down_MB": g["cum_down_measured"].mean() / 1e6,
+        "measured_saving_vs_dense_both_ways": 1 - g["measured_vs_dense"].mean(),
+    }).reset_index()  # fmt: skip
+
+
+def factorial(res: Results, outcome: str = "val_acc", T: int | None = None,
+              seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Reuse (DG-FedReuse vs FedAvg) × Top-K (r < 1 vs r = 1): effects paired by seed.
+
+    Per seed: main effect of A = mean of the two A-on cells − mean of the two A-off cells;
+    interaction = (A1B1 − A1B0) − (A0B1 − A0B0). Reported as mean over seeds with bootstrap CIs.
+    """
+    T = T or common_round(res)
+    df = at_round(res, T)
+    runs = res.runs.set_index("run_id")
+    df["reuse"] = runs["method"].reindex(df["run_id"]).eq("dg_fedreuse").to_numpy()
+    df["topk"] = (runs["cfg.method.topk_ratio"].reindex(df["run_id"]) < 1.0).to_numpy()
+    cells = df.pivot_table(index=["dataset", "seed"], columns=["reuse", "topk"], values=outcome)
+    need = [(False, False), (False, True), (True, False), (True, True)]
+    if any(c not in cells.columns for c in need):
+        raise ValueError("factorial needs all four cells: FedAvg/DG-FedReuse x r = 1 / r < 1")
+    c = {k: cells[k] for k in need}
+    a0b0, a0b1, a1b0, a1b1 = (c[k] for k in need)
+    effects = {
+        "reuse": (a1b0 + a1b1 - a0b0 - a0b1) / 2,
+        "topk": (a0b1 + a1b1 - a0b0 - a1b0) / 2,
+        "reuse x topk": (a1b1 - a1b0) - (a0b1 - a0b0),
+    }
+    rows = []
+    for name, e in effects.items():
+        e = e.dropna()
+        lo, hi = bootstrap_ci(e.to_numpy(), seed=seed)
+        rows.append({"effect": name, "outcome": outcome, "round": T, "seeds": len(e),
+                     "estimate": float(e.mean()), "ci_lo": lo, "ci_hi": hi})  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def bytes_to_target(res: Results, target: float) -> pd.DataFrame:
+    """Per run: rounds and bytes until validation accuracy first reaches ``target``.
+
+    Runs that never reach it are kept and marked ``censored`` with their totals at the end.
+    """
+    rows = []
+    for run_id, g in res.rounds.sort_values("round").groupby("run_id"):
+        hit = g[g["val_acc"] >= target]
+        r = hit.iloc[0] if len(hit) else g.iloc[-1]
+        rows.append({
+            "run_id": run_id, "arm": r["arm"], "seed": r["seed"], "target": target,
+            "censored": not len(hit), "rounds": int(r["round"]),
+            "up_restricted": int(r["cum_up_restricted"]), "up_measured": int(r["cum_up_measured"]),
+            "down_measured": int(r["cum_down_measured"]),
+            "total_measured": int(r["cum_up_measured"] + r["cum_down_measured"]),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def bytes_to_target_summary(btt: pd.DataFrame) -> pd.DataFrame:
+    g = btt.groupby("arm")
+    reached = btt[~btt["censored"]].groupby("arm")
+    return pd.DataFrame({
+        "runs": g.size(), "censored": g["censored"].sum(),
+        "median_rounds": reached["rounds"].median(),
+        "median_total_MB": reached["total_measured"].median() / 1e6,
+        "median_up_restricted_MB": reached["up_restricted"].median() / 1e6,
+    }).reset_index()  # fmt: skip
+
+
+def gate_diagnostics(res: Results) -> pd.DataFrame:
+    """Per arm of a reuse method: gated events, firing rate, reuse fraction, D summary."""
+    ev = res.client_events
+    if not len(ev) or ev["tau"].isna().all():
+        return pd.DataFrame()
+    ev = ev[ev["tau"].notna()]
+    rows = []
+    for arm, g in ev.groupby("arm"):
+        gated = g[g["gate_score"].notna() & g["age"].notna()]
+        fired = (gated["gate_score"] >= gated["tau"]).mean() if len(gated) else float("nan")
+        rows.append({
+            "arm": arm, "events": len(g), "gated_events": len(gated),
+            "firing_rate": float(fired),
+            "reused_fraction": float((g["decision"] == "reused").mean()),
+            "promoted_fraction": float(g["promoted"].fillna(False).astype(bool).mean()),
+            "D_mean": float(gated["gate_score"].mean()) if len(gated) else float("nan"),
+            "D_minus_tau_mean": float((gated["gate_score"] - gated["tau"]).mean())
+            if len(gated) else float("nan"),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def firing_rate_per_round(res: Results) -> pd.DataFrame:
+    ev = res.client_events
+    ev = ev[ev["gate_score"].notna() & ev["age"].notna() & ev["tau"].notna()]
+    return (ev.assign(fired=ev["gate_score"] >= ev["tau"]).groupby(["arm", "round"])["fired"]
+            .mean().reset_index(name="firing_rate"))  # fmt: skip
+
+
+def markdown(df: pd.DataFrame, digits: int = 4) -> str:
+    """A GitHub-flavoured Markdown table (no extra dependency)."""
+    if df is None or not len(df):
+        return "_(no rows)_\n"
+
+    def fmt(v) -> str:
+        if isinstance(v, float | np.floating):
+            return "" if not np.isfinite(v) else f"{v:.{digits}f}"
+        return str(v)
+
+    cols = list(df.columns)
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join(lines) + "\n"

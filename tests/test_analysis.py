@@ -1,0 +1,126 @@
+"""analysis/: tables checked on synthetic Parquet whose answers are known by construction."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from analysis import AnalysisError, load, write_report
+from analysis import tables as T
+from analysis.stats import bootstrap_ci, mean_sd
+from reuse_ray.results import RunWriter
+
+SEEDS = [1, 2, 3, 4, 5]
+NOISE = [0.01, -0.02, 0.03, -0.01, -0.01]  # sums to zero
+
+
+def _write_run(root, method, seed, run_id, vals, *, r=1.0, status="finished", test=None,
+               stage="final", label=None, up_per_round=100, dense=1000):  # fmt: skip
+    w = RunWriter(root, run_id, method)
+    cum_up = 0
+    for t, v in enumerate(vals, start=1):
+        cum_up += up_per_round
+        w.add("rounds", {
+            "run_id": run_id, "seed": seed, "round": t, "val_acc": v, "num_selected": 10,
+            "cum_up_restricted": cum_up, "cum_up_measured": cum_up + 10,
+            "cum_down_measured": t * dense, "cum_down_sensitivity": t * dense,
+            "cum_dense_reference": t * dense, "cum_saving_restricted": 1 - cum_up / (t * dense),
+            "cum_saving_bidirectional": (1 - cum_up / (t * dense)) / 2,
+        })  # fmt: skip
+    w.set_run_row({
+        "run_id": run_id, "seed": seed, "status": status, "dataset": "toy", "stage": stage,
+        "label": label, "test_acc": test, "test_round": len(vals) if test is not None else None,
+        "cfg.method.topk_ratio": r, "rounds_completed": len(vals),
+    })  # fmt: skip
+    w.flush(("runs", "rounds"))
+
+
+def test_stats_oracles():
+    assert mean_sd([1.0, 2.0, 3.0]) == (2.0, 1.0)
+    lo, hi = bootstrap_ci([0.04, 0.06, 0.05, 0.05, 0.05], seed=0)
+    assert lo <= 0.05 <= hi and hi - lo < 0.02
+    assert bootstrap_ci([0.3]) == (0.3, 0.3)
+
+
+def test_fixed_budget_paired_difference_and_ci(tmp_path):
+    for s, e in zip(SEEDS, NOISE, strict=True):
+        base = 0.80 + 0.01 * s
+        _write_run(tmp_path, "fedavg", s, f"a{s}", [0.5, 0.7, base], test=base - 0.01)
+        _write_run(tmp_path, "dg_fedreuse", s, f"b{s}", [0.5, 0.7, base + 0.05 + e],
+                   test=base - 0.01 + 0.02, up_per_round=50)  # fmt: skip
+    res = load(tmp_path)
+    fb = T.fixed_budget(res, T=3, reference="fedavg").set_index("arm")
+    dg = fb.loc["dg_fedreuse"]
+    assert dg["pairs"] == 5 and dg["d_val_acc"] == pytest.approx(0.05, abs=1e-12)
+    assert dg["d_val_acc_lo"] <= 0.05 <= dg["d_val_acc_hi"]
+    assert dg["d_test_acc"] == pytest.approx(0.02, abs=1e-12)
+    assert fb.loc["fedavg", "val_acc_mean"] == pytest.approx(0.83)
+    assert fb.loc["fedavg", "val_acc_sd"] == pytest.approx(np.std([0.01 * s for s in SEEDS],
+                                                                  ddof=1))  # fmt: skip
+    # restricted saving at T: 1 − 150/3000 vs 1 − 300/3000
+    assert dg["d_cum_saving_restricted"] == pytest.approx(0.05)
+    dl = T.downlink_table(res, 3).set_index("arm")
+    assert dl.loc["fedavg", "bidirectional_sensitivity_saving"] == pytest.approx(0.45)
+    assert dl.loc["dg_fedreuse", "uplink_saving"] == pytest.approx(0.95)
+
+
+def test_factorial_main_effects_and_interaction(tmp_path):
+    for s, e in zip(SEEDS, NOISE, strict=True):
+        for reuse in (0, 1):
+            for topk in (0, 1):
+                y = 0.7 + 0.1 * reuse + 0.2 * topk + (0.05 + e) * reuse * topk + e
+                method = "dg_fedreuse" if reuse else "fedavg"
+                _write_run(tmp_path, method, s, f"{method}-{topk}-{s}", [0.1, y],
+                           r=0.2 if topk else 1.0)  # fmt: skip
+    eff = T.factorial(load(tmp_path), T=2).set_index("effect")
+    assert eff.loc["reuse", "estimate"] == pytest.approx(0.125)
+    assert eff.loc["topk", "estimate"] == pytest.approx(0.225)
+    assert eff.loc["reuse x topk", "estimate"] == pytest.approx(0.05)
+    assert eff.loc["reuse x topk", "ci_lo"] <= 0.05 <= eff.loc["reuse x topk", "ci_hi"]
+    assert (eff["seeds"] == 5).all()
+
+
+def test_bytes_to_target_marks_censored_runs(tmp_path):
+    _write_run(tmp_path, "fedavg", 1, "reach", [0.2, 0.55, 0.6])
+    _write_run(tmp_path, "fedavg", 2, "never", [0.2, 0.3, 0.4])
+    btt = T.bytes_to_target(load(tmp_path), 0.5).set_index("run_id")
+    assert not btt.loc["reach", "censored"] and btt.loc["reach", "rounds"] == 2
+    assert btt.loc["reach", "up_restricted"] == 200
+    assert btt.loc["never", "censored"] and btt.loc["never", "rounds"] == 3
+    summary = T.bytes_to_target_summary(btt.reset_index()).iloc[0]
+    assert summary["runs"] == 2 and summary["censored"] == 1 and summary["median_rounds"] == 2
+
+
+def test_unfinished_runs_are_excluded_with_a_warning(tmp_path):
+    _write_run(tmp_path, "fedavg", 1, "ok", [0.2, 0.6])
+    _write_run(tmp_path, "fedavg", 2, "crashed", [0.2], status="failed")
+    _write_run(tmp_path, "fedavg", 3, "blew", [0.2], status="diverged")
+    with pytest.warns(UserWarning, match="excluded 2 unfinished runs"):
+        res = load(tmp_path)
+    assert list(res.runs["run_id"]) == ["ok"] and set(res.rounds["run_id"]) == {"ok"}
+    assert len(load(tmp_path, include_unfinished=True).runs) == 3
+
+
+def test_corrupt_or_missing_files_give_clear_errors(tmp_path):
+    _write_run(tmp_path, "fedavg", 1, "ok", [0.2, 0.6])
+    bad = tmp_path / "rounds" / "method=fedavg" / "ok.parquet"
+    bad.write_bytes(b"garbage")
+    with pytest.raises(AnalysisError, match="corrupt Parquet file .*ok.parquet"):
+        load(tmp_path)
+    with pytest.raises(AnalysisError, match="no results directory"):
+        load(tmp_path / "nowhere")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(AnalysisError, match="no runs table"):
+        load(tmp_path / "empty")
+
+
+def test_report_from_synthetic_results_via_uri(tmp_path):
+    for s, e in zip(SEEDS[:3], NOISE[:3], strict=True):
+        _write_run(tmp_path, "fedavg", s, f"a{s}", [0.5, 0.8], test=0.8)
+        _write_run(tmp_path, "dg_fedreuse", s, f"b{s}", [0.5, 0.8 + e], test=0.8)
+    path = write_report(f"file://{tmp_path}", out=tmp_path / "rep", target=0.7)
+    text = path.read_text()
+    assert "Fixed-budget comparison at round 2" in text and "dg_fedreuse" in text
+    assert "Bytes to validation accuracy 0.7" in text
+    assert (tmp_path / "rep" / "val_acc_vs_round.png").stat().st_size > 1000
+    assert (tmp_path / "rep" / "report.html").read_text().count("<table") >= 2
