@@ -102,10 +102,24 @@ def load(locations: str | Path | list[str | Path], include_unfinished: bool = Fa
     )
 
 
+IGNORED_CFG = ("cfg.seed", "cfg.results_dir", "cfg.data.root")
+
+
 def _arm(runs: pd.DataFrame) -> pd.Series:
-    """What a comparison groups by: the method, plus the final-stage label when there is one."""
-    method = runs["method"].astype(str)
-    if "label" not in runs:
-        return method
-    label = runs["label"]
-    return method.where(label.isna(), method + " [" + label.astype(str) + "]")
+    """What a comparison groups by: the method, the final-stage label when there is one, and
+    the config fields that tell apart runs sharing both (seeds aside), e.g.
+    ``dg_fedreuse (method.dg.gate=off)``."""
+    arm = runs["method"].astype(str)
+    if "label" in runs:
+        arm = arm.where(runs["label"].isna(), arm + " [" + runs["label"].astype(str) + "]")
+    cfg_cols = [c for c in runs.columns if c.startswith("cfg.") and c not in IGNORED_CFG
+                and not c.startswith("cfg.engine.")]  # fmt: skip
+    out = arm.copy()
+    for _, idx in arm.groupby(arm).groups.items():
+        g = runs.loc[idx, cfg_cols].astype(str)
+        varying = [c for c in cfg_cols if g[c].nunique() > 1]
+        if varying:
+            suffix = g[varying].apply(
+                lambda r: ", ".join(f"{c[4:]}={v}" for c, v in r.items()), axis=1)  # fmt: skip
+            out.loc[idx] = arm.loc[idx] + " (" + suffix + ")"
+    return out

@@ -54,6 +54,13 @@ def write_report(
         md += ["## DG-FedReuse gate diagnostics\n",
                "Firing rate = share of gated events (cacheful, below the age cap) with D ≥ τ_t.\n",
                tables.markdown(gd)]  # fmt: skip
+        gc = tables.gate_controls(res_all)
+        if len(gc) > 1:
+            md += ["### The gate against its controls\n",
+                   "Firing rate here = share of cacheful clients below the age cap that the gate "
+                   "(or its random or disabled control) sent fresh without quota promotion; "
+                   "`rate_gap_vs_proxy` is a random control's probability minus the real "
+                   "gate's rate (0 = matched).\n", tables.markdown(gc)]  # fmt: skip
     figs = plots.accuracy_curves(res, out)
     pf = plots.pareto_plot(res_all.trials, out) if len(res_all.trials) else None
     gs = plots.gate_scores(res_all, out)

@@ -176,6 +176,45 @@ def gate_diagnostics(res: Results) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def gate_controls(res: Results, T: int | None = None) -> pd.DataFrame:
+    """The real gate against its controls at matched firing rate (§6 item 10).
+
+    One row per DG-FedReuse gate setting (proxy, off, random with its probability): realised
+    firing rate, reused fraction, validation accuracy and restricted saving at round T (means over
+    seeds), and for random gates the gap between their probability and the proxy gate's rate.
+    """
+    ev, runs = res.client_events, res.runs
+    dg = runs[runs["method"] == "dg_fedreuse"]
+    if not len(dg) or not len(ev):
+        return pd.DataFrame()
+    T = T or common_round(res)
+    at = at_round(res, T).set_index("run_id")
+    rows = []
+    keys = ["cfg.method.dg.gate", "cfg.method.dg.gate_prob", "cfg.method.topk_ratio"]
+    for (gate, prob, r), g in dg.groupby(keys):
+        e = ev[ev["run_id"].isin(g["run_id"])]
+        gated = e[e["gate_score"].notna() & e["age"].notna()]
+        # the gate fired on a cacheful client below the age cap that went fresh unpromoted
+        young = e["age"].notna() & (e["age"] < g["cfg.method.dg.max_age"].iloc[0])
+        fired = e["decision"].eq("fresh") & ~e["promoted"].fillna(False).astype(bool)
+        rate = float((fired & young).sum() / young.sum()) if young.sum() else float("nan")
+        a = at.reindex(g["run_id"])
+        rows.append({
+            "gate": gate, "gate_prob": prob if gate == "random" else None, "topk_ratio": r,
+            "runs": len(g), "firing_rate": rate,
+            "reused_fraction": float(e["decision"].eq("reused").mean()),
+            "val_acc_mean": float(a["val_acc"].mean()),
+            "cum_saving_restricted_mean": float(a["cum_saving_restricted"].mean()),
+            "D_gated_mean": float(gated["gate_score"].mean()) if len(gated) else float("nan"),
+        })  # fmt: skip
+    out = pd.DataFrame(rows)
+    proxy = out[out["gate"] == "proxy"]
+    if len(proxy):
+        out["rate_gap_vs_proxy"] = out["gate_prob"].astype(float) - float(
+            proxy["firing_rate"].mean())  # fmt: skip
+    return out
+
+
 def firing_rate_per_round(res: Results) -> pd.DataFrame:
     ev = res.client_events
     ev = ev[ev["gate_score"].notna() & ev["age"].notna() & ev["tau"].notna()]

@@ -371,6 +371,11 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
             raise ConfigError(path, f"expected a number, got {value!r}")
         return float(value)
     if tp is str:
+        if isinstance(value, bool):
+            raise ConfigError(
+                path, f"expected a string, got {value!r}; YAML reads unquoted off/on/yes/no as "
+                "booleans, so quote the word (e.g. 'off')",
+            )  # fmt: skip
         if not isinstance(value, str):
             raise ConfigError(path, f"expected a string, got {value!r}")
         return value
@@ -459,7 +464,10 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ConfigError(item, "override must look like a.b=value")
         key, raw = item.split("=", 1)
-        set_dotted(data, key.strip(), yaml.safe_load(raw))
+        value = yaml.safe_load(raw)
+        if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
+            value = raw.strip()  # off/on/yes/no on the command line mean the word
+        set_dotted(data, key.strip(), value)
     return data
 
 

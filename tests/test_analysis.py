@@ -124,3 +124,31 @@ def test_report_from_synthetic_results_via_uri(tmp_path):
     assert "Bytes to validation accuracy 0.7" in text
     assert (tmp_path / "rep" / "val_acc_vs_round.png").stat().st_size > 1000
     assert (tmp_path / "rep" / "report.html").read_text().count("<table") >= 2
+
+
+def test_gate_controls_at_matched_firing_rate(tmp_path):
+    from reuse_ray.results import RunWriter
+
+    # two DG runs: the real gate fires on 1 of 2 young cacheful events; random control p = 0.5
+    for run_id, gate, prob, decisions in (
+        ("proxy", "proxy", 0.2, [("fresh", False), ("reused", False), ("fresh", True)]),
+        ("rand", "random", 0.5, [("reused", False), ("fresh", False), ("fresh", True)]),
+    ):
+        w = RunWriter(tmp_path, run_id, "dg_fedreuse")
+        for k, (dec, promoted) in enumerate(decisions):
+            w.add("client_events", {"run_id": run_id, "seed": 1, "round": 2, "client_id": k,
+                                    "decision": dec, "age": 1, "tau": 0.5,
+                                    "gate_score": 0.6 if dec == "fresh" else 0.1,
+                                    "promoted": promoted})  # fmt: skip
+        for t in (1, 2):
+            w.add("rounds", {"run_id": run_id, "seed": 1, "round": t, "val_acc": 0.5,
+                             "cum_saving_restricted": 0.8})  # fmt: skip
+        w.set_run_row({"run_id": run_id, "seed": 1, "status": "finished", "dataset": "toy",
+                       "cfg.method.dg.gate": gate, "cfg.method.dg.gate_prob": prob,
+                       "cfg.method.topk_ratio": 0.2, "cfg.method.dg.max_age": 4})  # fmt: skip
+        w.flush(("runs", "rounds", "client_events"))
+    gc = T.gate_controls(load(tmp_path)).set_index("gate")
+    # 3 young events each; unpromoted fresh: proxy 1 → 1/3, random 1 → 1/3
+    assert gc.loc["proxy", "firing_rate"] == pytest.approx(1 / 3)
+    assert gc.loc["random", "rate_gap_vs_proxy"] == pytest.approx(0.5 - 1 / 3)
+    assert gc.loc["random", "reused_fraction"] == pytest.approx(1 / 3)

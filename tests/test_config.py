@@ -70,6 +70,13 @@ def test_yaml_roundtrip_overrides_and_sweep_base(tmp_path):
     assert from_dict(RunConfig, to_dict(cfg)) == cfg
     with pytest.raises(ConfigError, match="override must look like"):
         apply_overrides({}, ["fl.rounds"])
+    # YAML 1.1 reads off/on as booleans: on the command line they mean the word ...
+    cfg = load_run_config(path, ["method.name=dg_fedreuse", "method.dg.gate=off",
+                                 "train.amp=false"])  # fmt: skip
+    assert cfg.method.dg.gate == "off" and cfg.train.amp is False
+    # ... and in a file an unquoted off gets a hint instead of a puzzle
+    with pytest.raises(ConfigError, match="quote the word"):
+        from_dict(RunConfig, {"method": {"dg": {"gate": False}}})
 
 
 def test_frozen_and_run_id_stable():

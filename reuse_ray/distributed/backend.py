@@ -58,6 +58,7 @@ class RayBackend:
         self.server = None
         self.device = "cpu"
         self._setup_ref = None
+        self.sizes: dict[int, int] = {}
 
     def start(self, setup: RunSetup) -> None:
         e = self.cfg.engine
@@ -70,6 +71,7 @@ class RayBackend:
             cpu_per_worker=e.cpu_per_worker, gpu_fraction=e.gpu_fraction,
             num_workers=e.num_workers,
         )  # fmt: skip
+        self.sizes = {i: len(p) for i, p in enumerate(setup.partitions)}
         setup_ref = ray.put(setup)  # arrays go to the object store once per run
         self._setup_ref = setup_ref  # held for the run, so restarted actors can rebuild
         opts = {"max_restarts": -1, "max_task_retries": TASK_RETRIES}
@@ -88,7 +90,9 @@ class RayBackend:
         """Run ``method`` for every task on idle workers; returns refs keyed by client."""
         refs: dict[int, list[ray.ObjectRef]] = {}
         pending: dict[ray.ObjectRef, int] = {}
-        queue = sorted(tasks, key=lambda x: x.client)
+        # largest clients first (LPT scheduling) keeps the pool busy until the round's end;
+        # results do not depend on which worker runs what, or in which order
+        queue = sorted(tasks, key=lambda x: (-self.sizes.get(x.client, 0), x.client))
         idle = list(range(len(self.workers)))
         while queue or pending:
             while queue and idle:
