@@ -90,3 +90,19 @@ def _save(fig, path: Path) -> Path:
     fig.savefig(path, dpi=120)
     plt.close(fig)
     return path
+
+
+def firing_rate(rates: pd.DataFrame, out: Path) -> Path | None:
+    """The DG gate's firing rate per round (share of gated events with D ≥ τ_t), per arm."""
+    if not len(rates):
+        return None
+    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    for arm, g in rates.groupby("arm"):
+        ax.plot(g["round"], g["firing_rate"], marker=".", label=str(arm)[:60])
+    ax.set_xlabel("round")
+    ax.set_ylabel("gate firing rate (fraction of gated events)")
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_title("DG-FedReuse gate firing rate per round")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return _save(fig, out / "gate_firing_rate.png")

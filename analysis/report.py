@@ -64,8 +64,9 @@ def write_report(
     figs = plots.accuracy_curves(res, out)
     pf = plots.pareto_plot(res_all.trials, out) if len(res_all.trials) else None
     gs = plots.gate_scores(res_all, out)
+    fr = plots.firing_rate(tables.firing_rate_per_round(res_all), out) if len(gd) else None
     md.append("## Figures\n")
-    for p in [*figs, pf, gs]:
+    for p in [*figs, pf, gs, fr]:
         if p is not None:
             md.append(f"![{p.stem}]({p.name})\n")
     if len(res_all.trials):
