@@ -214,8 +214,9 @@ def test_cache_is_sparse_and_reported(dg_run):
     ev = read_table(cfg.results_dir, "client_events")
     fresh = ev[ev.decision == "fresh"].sort_values("round").groupby("client_id").last()
     # the server holds, per client, its last fresh update at exactly its field-model size,
-    # plus a head signature of 4 bytes per head value (fc of hidden 16 → 10 classes: 170)
-    expect = int(fresh["up_restricted"].sum()) + len(fresh) * 4 * (16 * 10 + 10)
+    # plus a head signature of 4 bytes per head value (fc: hidden → 10 classes)
+    head = cfg.model.hidden * 10 + 10
+    expect = int(fresh["up_restricted"].sum()) + len(fresh) * 4 * head
     assert int(runs["server_memory_bytes"]) == expect
     assert expect < 0.3 * len(fresh) * int(runs["dense_bytes"])
 
