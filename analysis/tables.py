@@ -94,33 +94,44 @@ def downlink_table(res: Results, T: int | None = None) -> pd.DataFrame:
 
 def factorial(res: Results, outcome: str = "val_acc", T: int | None = None,
               seed: int = 0) -> pd.DataFrame:  # fmt: skip
-    """Reuse (DG-FedReuse vs FedAvg) × Top-K (r < 1 vs r = 1): effects paired by seed.
+    """Reuse (DG-FedReuse vs FedAvg) × Top-K (r < 1 vs r = 1) (× error feedback, when runs
+    with and without it are present): effects paired by seed, on identical schedules.
 
-    Per seed: main effect of A = mean of the two A-on cells − mean of the two A-off cells;
-    interaction = (A1B1 − A1B0) − (A0B1 − A0B0). Reported as mean over seeds with bootstrap CIs.
+    With factors coded ±1 and k factors, the effect of a factor set S, per seed, is
+    Σ_cells Π_{f∈S} s_f · y / 2^(k−|S|): a main effect is mean(on) − mean(off), a two-way
+    interaction is the difference of differences (A1B1 − A1B0) − (A0B1 − A0B0), averaged over the
+    other factor. Reported as the mean over seeds with bootstrap 95 % CIs.
     """
+    import itertools
+
     T = T or common_round(res)
     df = at_round(res, T)
     runs = res.runs.set_index("run_id")
     df["reuse"] = runs["method"].reindex(df["run_id"]).eq("dg_fedreuse").to_numpy()
     df["topk"] = (runs["cfg.method.topk_ratio"].reindex(df["run_id"]) < 1.0).to_numpy()
-    cells = df.pivot_table(index=["dataset", "seed"], columns=["reuse", "topk"], values=outcome)
-    need = [(False, False), (False, True), (True, False), (True, True)]
-    if any(c not in cells.columns for c in need):
-        raise ValueError("factorial needs all four cells: FedAvg/DG-FedReuse x r = 1 / r < 1")
-    c = {k: cells[k] for k in need}
-    a0b0, a0b1, a1b0, a1b1 = (c[k] for k in need)
-    effects = {
-        "reuse": (a1b0 + a1b1 - a0b0 - a0b1) / 2,
-        "topk": (a0b1 + a1b1 - a0b0 - a1b0) / 2,
-        "reuse x topk": (a1b1 - a1b0) - (a0b1 - a0b0),
-    }
+    factors = ["reuse", "topk"]
+    if "cfg.method.error_feedback" in runs:
+        ef = runs["cfg.method.error_feedback"].reindex(df["run_id"]).fillna(False).astype(bool)
+        df["ef"] = ef.to_numpy()
+        if df["ef"].nunique() > 1:
+            factors.append("ef")
+    cells = df.pivot_table(index=["dataset", "seed"], columns=factors, values=outcome)
+    needed = list(itertools.product([False, True], repeat=len(factors)))
+    missing = [c for c in needed if c not in cells.columns]
+    if missing:
+        raise ValueError(f"factorial needs every cell of {' x '.join(factors)}; missing {missing}")
+    k = len(factors)
     rows = []
-    for name, e in effects.items():
-        e = e.dropna()
-        lo, hi = bootstrap_ci(e.to_numpy(), seed=seed)
-        rows.append({"effect": name, "outcome": outcome, "round": T, "seeds": len(e),
-                     "estimate": float(e.mean()), "ci_lo": lo, "ci_hi": hi})  # fmt: skip
+    for size in range(1, k + 1):
+        for subset in itertools.combinations(range(k), size):
+            e = sum(
+                np.prod([1 if cell[f] else -1 for f in subset]) * cells[cell] for cell in needed
+            ) / 2 ** (k - size)
+            e = e.dropna()
+            lo, hi = bootstrap_ci(e.to_numpy(), seed=seed)
+            rows.append({"effect": " x ".join(factors[f] for f in subset), "outcome": outcome,
+                         "round": T, "seeds": len(e), "estimate": float(e.mean()),
+                         "ci_lo": lo, "ci_hi": hi})  # fmt: skip
     return pd.DataFrame(rows)
 
 

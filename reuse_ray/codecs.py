@@ -119,6 +119,23 @@ def topk_sparsify(delta: torch.Tensor, layout: StateLayout, r: float) -> SparseU
     return SparseUpdate(layout.dim, idx, delta[idx].clone())
 
 
+def error_feedback_step(
+    delta: torch.Tensor, error: torch.Tensor | None, layout: StateLayout, r: float
+) -> tuple[SparseUpdate, torch.Tensor]:
+    """Fed-EF (§2.11.1): p = Δ + e, c = TopK_r(p), e' = p − c; returns (c, e').
+
+    c + e' equals p exactly (kept coordinates give p − p = 0, the rest p − 0); with r = 1,
+    c = p and e' stays 0.
+    """
+    p = delta.to(torch.float32) if error is None else delta.to(torch.float32) + error
+    c = topk_sparsify(p, layout, r)
+    if c.is_dense:
+        return c, torch.zeros_like(p)
+    e = p.clone()
+    e[c.indices] = 0.0
+    return c, e
+
+
 # --------------------------------------------------------------------------- wire format
 
 

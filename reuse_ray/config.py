@@ -268,6 +268,7 @@ class MethodConfig:
 
     name: str = "fedavg"  # one of METHODS
     topk_ratio: float = 1.0  # r in (0, 1]: per-tensor Top-K keep ratio of the uplink; 1 = dense
+    error_feedback: bool = False  # Fed-EF on the Top-K uplink (§2.11.1): e_i kept per client
     fedprox: FedProxConfig = field(default_factory=FedProxConfig)
     fedadam: FedAdamConfig = field(default_factory=FedAdamConfig)
     dg: DGConfig = field(default_factory=DGConfig)

@@ -15,7 +15,7 @@ NOISE = [0.01, -0.02, 0.03, -0.01, -0.01]  # sums to zero
 
 
 def _write_run(root, method, seed, run_id, vals, *, r=1.0, status="finished", test=None,
-               stage="final", label=None, up_per_round=100, dense=1000):  # fmt: skip
+               stage="final", label=None, up_per_round=100, dense=1000, extra=None):  # fmt: skip
     w = RunWriter(root, run_id, method)
     cum_up = 0
     for t, v in enumerate(vals, start=1):
@@ -30,7 +30,7 @@ def _write_run(root, method, seed, run_id, vals, *, r=1.0, status="finished", te
     w.set_run_row({
         "run_id": run_id, "seed": seed, "status": status, "dataset": "toy", "stage": stage,
         "label": label, "test_acc": test, "test_round": len(vals) if test is not None else None,
-        "cfg.method.topk_ratio": r, "rounds_completed": len(vals),
+        "cfg.method.topk_ratio": r, "rounds_completed": len(vals), **(extra or {}),
     })  # fmt: skip
     w.flush(("runs", "rounds"))
 
@@ -73,6 +73,7 @@ def test_factorial_main_effects_and_interaction(tmp_path):
                 _write_run(tmp_path, method, s, f"{method}-{topk}-{s}", [0.1, y],
                            r=0.2 if topk else 1.0)  # fmt: skip
     eff = T.factorial(load(tmp_path), T=2).set_index("effect")
+    assert list(eff.index) == ["reuse", "topk", "reuse x topk"]
     assert eff.loc["reuse", "estimate"] == pytest.approx(0.125)
     assert eff.loc["topk", "estimate"] == pytest.approx(0.225)
     assert eff.loc["reuse x topk", "estimate"] == pytest.approx(0.05)
@@ -152,3 +153,20 @@ def test_gate_controls_at_matched_firing_rate(tmp_path):
     assert gc.loc["proxy", "firing_rate"] == pytest.approx(1 / 3)
     assert gc.loc["random", "rate_gap_vs_proxy"] == pytest.approx(0.5 - 1 / 3)
     assert gc.loc["random", "reused_fraction"] == pytest.approx(1 / 3)
+
+
+def test_three_factor_factorial_with_error_feedback(tmp_path):
+    for s_, e in zip(SEEDS, NOISE, strict=True):
+        for reuse in (0, 1):
+            for topk in (0, 1):
+                for ef in (0, 1):
+                    y = 0.6 + 0.1 * reuse + 0.2 * topk + 0.04 * ef + 0.03 * topk * ef + e
+                    method = "dg_fedreuse" if reuse else "fedavg"
+                    _write_run(tmp_path, method, s_, f"{method}-{topk}-{ef}-{s_}", [0.1, y],
+                               r=0.2 if topk else 1.0,
+                               extra={"cfg.method.error_feedback": bool(ef)})  # fmt: skip
+    eff = T.factorial(load(tmp_path), T=2).set_index("effect")
+    assert eff.loc["ef", "estimate"] == pytest.approx(0.04 + 0.03 / 2)
+    assert eff.loc["topk x ef", "estimate"] == pytest.approx(0.03)
+    assert eff.loc["reuse x topk x ef", "estimate"] == pytest.approx(0.0, abs=1e-12)
+    assert eff.loc["reuse", "estimate"] == pytest.approx(0.1)

@@ -43,6 +43,7 @@ def _frames(results_dir):
 
 METHODS = {
     "fedavg_topk": {"fl__rounds": 3},
+    "fedavg_topk_ef": {"fl__rounds": 4, "method__error_feedback": True},
     "dg_fedreuse": {
         "fl__rounds": 8,
         "method__name": "dg_fedreuse",
@@ -64,7 +65,8 @@ def local_reference(tmp_path_factory):
 
 
 @pytest.mark.parametrize(
-    ("method", "workers"), [("fedavg_topk", 1), ("fedavg_topk", 2), ("dg_fedreuse", 2)]
+    ("method", "workers"),
+    [("fedavg_topk", 1), ("fedavg_topk", 2), ("fedavg_topk_ef", 2), ("dg_fedreuse", 2)],
 )
 def test_ray_engine_is_bit_identical_to_local(tmp_path, local_reference, method, workers):
     local_cfg, local = local_reference[method]

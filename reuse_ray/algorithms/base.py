@@ -29,6 +29,7 @@ class ClientTask:
     topk_ratio: float = 1.0  # per-tensor Top-K keep ratio of the uplink (1 = dense)
     mu: float = 0.0  # proximal coefficient of the local objective
     refresh_proxy: bool = False  # also send HeadProxy(i, w_t, proxy_refresh) (§2.3.5)
+    error: torch.Tensor | None = None  # Fed-EF: the client's error memory e_i (None = zeros)
 
 
 @dataclass(frozen=True)

@@ -38,9 +38,14 @@ class ClientWorkerActor:
     def __init__(self, setup: RunSetup, device: str = "cpu"):
         self.worker = ClientWorker(setup, device)
 
-    def run(self, task: ClientTask, w: np.ndarray) -> tuple[ClientOutcome, bytes]:
+    def run(self, task: ClientTask, w: np.ndarray) -> tuple[ClientOutcome, bytes, object]:
+        """(small metadata, the uplink message, the client-local state such as Fed-EF's e_i)."""
         out = self.worker.run(task, _as_tensor(w))
-        return dataclasses.replace(out, message=b""), out.message
+        return (
+            dataclasses.replace(out, message=b"", client_state=None),
+            out.message,
+            out.client_state,
+        )
 
     def probe(self, task: ProbeTask, w: np.ndarray) -> ProbeOutcome:
         return self.worker.probe(task, _as_tensor(w))
@@ -94,10 +99,12 @@ class ServerActor:
         plan: RoundPlan,
         metas: list[ClientOutcome],
         message_refs: list[ray.ObjectRef],
+        state_refs: list[ray.ObjectRef],
     ) -> RoundReport:
-        messages = ray.get(message_refs)
+        messages, states = ray.get(message_refs), ray.get(state_refs)
         outcomes = [
-            dataclasses.replace(m, message=msg) for m, msg in zip(metas, messages, strict=True)
+            dataclasses.replace(m, message=msg, client_state=st)
+            for m, msg, st in zip(metas, messages, states, strict=True)
         ]
         return self.core.step(t, selected, plan, outcomes)
 

@@ -115,11 +115,12 @@ class RayBackend:
             refs = self._dispatch("probe", list(probe_tasks), w_ref, 1)
             probes = _get_unwrapped([refs[c][0] for c in sorted(refs)])
         plan = ray.get(self.server.plan.remote(t, selected, probes))
-        refs = self._dispatch("run", list(plan.tasks), w_ref, 2)
+        refs = self._dispatch("run", list(plan.tasks), w_ref, 3)
         clients = sorted(refs)
         metas: list[ClientOutcome] = _get_unwrapped([refs[c][0] for c in clients])
         messages = [refs[c][1] for c in clients]
-        return ray.get(self.server.step.remote(t, selected, plan, metas, messages))
+        states = [refs[c][2] for c in clients]
+        return ray.get(self.server.step.remote(t, selected, plan, metas, messages, states))
 
     def weights(self) -> torch.Tensor:
         return _as_tensor(ray.get(self.server.weights.remote())).clone()

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ..algorithms.base import ClientTask, ProbeTask
-from ..codecs import KIND_PROXY, encode, encode_vector, topk_sparsify
+from ..codecs import KIND_PROXY, encode, encode_vector, error_feedback_step, topk_sparsify
 from ..config import RunConfig
 from ..data.registry import ArraySplit, DatasetInfo
 from ..models import head_parameter_names, init_model
@@ -57,6 +57,7 @@ class ClientOutcome:
     finite: bool
     wall_s: float
     proxy_message: bytes | None = None  # encoded refresh head proxy, when asked for
+    client_state: torch.Tensor | None = None  # Fed-EF: the new e_i (client-local, not sent)
 
 
 @dataclass(frozen=True)
@@ -145,7 +146,12 @@ class ClientWorker:
         except Exception as err:
             raise ClientError(task.client, task.round, "local training", err) from err
         try:
-            upd = topk_sparsify(res.delta, self.layout, task.topk_ratio)
+            state = None
+            if s.cfg.method.error_feedback:
+                upd, state = error_feedback_step(res.delta, task.error, self.layout,
+                                                 task.topk_ratio)  # fmt: skip
+            else:
+                upd = topk_sparsify(res.delta, self.layout, task.topk_ratio)
             msg = encode(
                 upd, self.layout, round_=task.round, client=task.client, num_samples=len(idx)
             )
@@ -159,7 +165,7 @@ class ClientWorker:
                 raise ClientError(task.client, task.round, "refresh proxy", err) from err
         return ClientOutcome(
             task.client, task.round, len(idx), msg, res.mean_loss, res.steps, res.finite,
-            time.perf_counter() - start, proxy,
+            time.perf_counter() - start, proxy, state,
         )  # fmt: skip
 
 

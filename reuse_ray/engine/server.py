@@ -9,13 +9,20 @@ never travel to the driver.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
 
 from ..accounting import REUSE_CHARGE_BYTES, restricted_bytes_of
-from ..algorithms import CacheStore, FreshUpdate, ProbeTask, RoundPlan, build_algorithm
+from ..algorithms import (
+    CacheStore,
+    FreshUpdate,
+    LocalCacheStore,
+    ProbeTask,
+    RoundPlan,
+    build_algorithm,
+)
 from ..codecs import decode, encode_model
 from ..models import head_parameter_names, init_model
 from ..state import StateLayout
@@ -62,8 +69,11 @@ class ServerCore:
         self.layout = StateLayout.from_model(model)
         self.head_layout = self.layout.subset(head_parameter_names(model))
         self.w = self.layout.flatten(model)
-        self.algo = build_algorithm(cfg, self.layout, store)
+        self.store = store or LocalCacheStore()
+        self.algo = build_algorithm(cfg, self.layout, self.store)
         self.state = self.algo.init_state(self.w)
+        self.error_feedback = cfg.method.error_feedback
+        self.ef: dict[int, Any] = {}  # Fed-EF error memories e_i, kept in the store
         self.num_samples = {i: len(p) for i, p in enumerate(setup.partitions)}
         self._probe_bytes: dict[int, int] = {}
 
@@ -82,7 +92,15 @@ class ServerCore:
         for o in probe_outcomes or []:
             proxies[o.client] = decode(o.message, self.head_layout).update.to_dense()
             self._probe_bytes[o.client] = len(o.message)
-        return self.algo.plan(self.state, t, selected, proxies)
+        plan = self.algo.plan(self.state, t, selected, proxies)
+        if self.error_feedback:  # each client's error memory goes out with its task
+            tasks = tuple(
+                replace(task, error=self.store.get(self.ef[task.client]))
+                if task.client in self.ef else task
+                for task in plan.tasks
+            )  # fmt: skip
+            plan = replace(plan, tasks=tasks)
+        return plan
 
     def step(
         self, t: int, selected: list[int], plan: RoundPlan, outcomes: list[ClientOutcome]
@@ -128,20 +146,29 @@ class ServerCore:
             )  # fmt: skip
         if not diverged:
             self.w, self.state = result.w, result.state
+            for o in outcomes:
+                if o.client_state is not None:
+                    self.ef[o.client] = self.store.put(o.client_state)
         return RoundReport(t, tuple(reports), update_norm, diverged, layout.dense_bytes)
 
     def memory_bytes(self) -> int:
-        return self.algo.memory_bytes(self.state)
+        """The algorithm's server state plus, with Fed-EF, the N·d error memories it simulates."""
+        return self.algo.memory_bytes(self.state) + 4 * self.layout.dim * len(self.ef)
 
     def snapshot(self) -> dict:
         """w and the algorithm state with cached updates materialised (for checkpoints)."""
         export = getattr(self.algo, "export_state", None)
-        return {"w": self.w.clone(), "state": export(self.state) if export else self.state}
+        return {
+            "w": self.w.clone(),
+            "state": export(self.state) if export else self.state,
+            "ef": {i: self.store.get(h) for i, h in self.ef.items()},
+        }
 
     def restore(self, snap: dict) -> None:
         load = getattr(self.algo, "import_state", None)
         self.w = snap["w"].clone()
         self.state = load(snap["state"]) if load else snap["state"]
+        self.ef = {i: self.store.put(e) for i, e in snap.get("ef", {}).items()}
 
     def cache_bytes(self) -> int:
         """Bytes of cached updates held (0 for methods without a cache)."""
