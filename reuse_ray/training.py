@@ -61,6 +61,22 @@ def batch_starts(n: int, batch_size: int, merge_singleton: bool) -> list[tuple[i
     return spans
 
 
+def _load(
+    model: nn.Module,
+    layout: StateLayout,
+    w: torch.Tensor,
+    int_buffers: dict[str, torch.Tensor],
+    device: torch.device,
+) -> None:
+    """Load w (floats) and the server's integer buffers into the model, then move it."""
+    layout.load(model, w)
+    sd = model.state_dict()
+    with torch.no_grad():
+        for name, buf in int_buffers.items():
+            sd[name].copy_(buf)
+    model.to(device)
+
+
 def local_update(
     model: nn.Module,
     layout: StateLayout,
@@ -86,12 +102,7 @@ def local_update(
 ) -> LocalResult:
     """ClientUpdate(i, w, μ, correction) of §1.3; returns Δ = w_local − w in fp32."""
     device = torch.device(device)
-    layout.load(model, w)
-    sd = model.state_dict()
-    with torch.no_grad():
-        for name, buf in int_buffers.items():
-            sd[name].copy_(buf)
-    model.to(device)
+    _load(model, layout, w, int_buffers, device)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
@@ -198,12 +209,7 @@ def head_proxy(
     stream (``proxy_gate`` or ``proxy_refresh``) of (seed, round, client).
     """
     device = torch.device(device)
-    layout.load(model, w)
-    sd = model.state_dict()
-    with torch.no_grad():
-        for name, buf in int_buffers.items():
-            sd[name].copy_(buf)
-    model.to(device)
+    _load(model, layout, w, int_buffers, device)
     model.train(mode == "train")
     model.zero_grad(set_to_none=True)
     # only the head's gradient is needed: backward stops at the head (same values, less work)

@@ -111,6 +111,17 @@ def write_pathmnist(root: Path, sizes=(40, 10, 15)) -> dict[str, np.ndarray]:
     return arrays
 
 
+def make_layout(*sizes: int):
+    """A StateLayout of 1-D tensors of the given sizes (for codec and ledger oracles)."""
+    from reuse_ray.state import StateLayout, TensorSpec
+
+    specs, off = [], 0
+    for j, d in enumerate(sizes):
+        specs.append(TensorSpec(f"t{j}", (d,), d, off, True))
+        off += d
+    return StateLayout(tuple(specs), off)
+
+
 def small_config(tmp_path: Path, **overrides) -> RunConfig:
     """A few-second FedAvg run on the embedded digits data."""
     base = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from conftest import make_layout
 
 from reuse_ray.accounting import restricted_bytes_of
 from reuse_ray.codecs import (
@@ -17,7 +18,7 @@ from reuse_ray.codecs import (
     topk_sparsify,
 )
 from reuse_ray.models import build_model
-from reuse_ray.state import StateLayout, TensorSpec
+from reuse_ray.state import StateLayout
 
 
 @pytest.mark.parametrize(
@@ -52,16 +53,8 @@ def test_topk_keeps_largest_magnitudes_ties_to_lower_index():
     assert topk_select(torch.zeros(5), 2).tolist() == [0, 1]
 
 
-def _layout(*sizes: int) -> StateLayout:
-    specs, off = [], 0
-    for j, d in enumerate(sizes):
-        specs.append(TensorSpec(f"t{j}", (d,), d, off, True))
-        off += d
-    return StateLayout(tuple(specs), off)
-
-
 def test_topk_is_per_tensor_and_r1_is_identity():
-    layout = _layout(10, 5)
+    layout = make_layout(10, 5)
     delta = torch.arange(1, 16, dtype=torch.float32) * torch.tensor([1.0, -1.0] * 7 + [1.0])
     upd = topk_sparsify(delta, layout, 0.2)
     # tensor 0 keeps 2 of 10 (|10|, |9|), tensor 1 keeps 1 of 5 (|15|)
@@ -75,7 +68,7 @@ def test_topk_is_per_tensor_and_r1_is_identity():
 
 def test_wire_roundtrip_and_measured_size():
     torch.manual_seed(0)
-    layout = _layout(1, 10, 64, 1000)
+    layout = make_layout(1, 10, 64, 1000)
     delta = torch.randn(layout.dim)
     for r in (0.01, 0.2, 0.5, 0.99, 1.0):
         upd = topk_sparsify(delta, layout, r)

@@ -7,7 +7,7 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conftest import small_config
+from conftest import make_layout, small_config
 
 from reuse_ray.accounting import restricted_bytes_of
 from reuse_ray.algorithms import DGFedReuse, DGState, FreshUpdate, LocalCacheStore
@@ -24,7 +24,7 @@ from reuse_ray.codecs import SparseUpdate, pack, restricted_update_bytes, topk_s
 from reuse_ray.config import DGConfig
 from reuse_ray.engine import run_fl
 from reuse_ray.results import read_table
-from reuse_ray.state import StateLayout, TensorSpec
+from reuse_ray.state import StateLayout
 
 PAPER = DGConfig()
 RHO = PAPER.rho
@@ -80,16 +80,8 @@ def test_quota_promotes_the_largest_distances_ties_to_lower_id():
     assert quota_count(0.3, 7) == 3 and quota_count(0.1, 10) == 1
 
 
-def _layout(*sizes: int) -> StateLayout:
-    specs, off = [], 0
-    for j, d in enumerate(sizes):
-        specs.append(TensorSpec(f"t{j}", (d,), d, off, True))
-        off += d
-    return StateLayout(tuple(specs), off)
-
-
 def test_two_client_aggregate_fresh_plus_reused():
-    layout = _layout(1)
+    layout = make_layout(1)
     algo = DGFedReuse(PAPER, layout, seed=0, store=LocalCacheStore(), topk_ratio=1.0)
     one = SparseUpdate(1, None, torch.tensor([1.0]))
     packed = pack(one, layout)

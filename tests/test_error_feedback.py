@@ -5,24 +5,15 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 import torch
-from conftest import small_config
+from conftest import make_layout, small_config
 
 from reuse_ray.codecs import error_feedback_step, topk_sparsify
 from reuse_ray.engine import run_fl
 from reuse_ray.results import read_table
-from reuse_ray.state import StateLayout, TensorSpec
-
-
-def _layout(*sizes: int) -> StateLayout:
-    specs, off = [], 0
-    for j, d in enumerate(sizes):
-        specs.append(TensorSpec(f"t{j}", (d,), d, off, True))
-        off += d
-    return StateLayout(tuple(specs), off)
 
 
 def test_compressed_plus_new_error_equals_update_plus_old_error_exactly():
-    layout = _layout(10, 7)
+    layout = make_layout(10, 7)
     g = torch.Generator().manual_seed(0)
     delta, e_old = torch.randn(17, generator=g), torch.randn(17, generator=g)
     c, e_new = error_feedback_step(delta, e_old, layout, 0.2)
