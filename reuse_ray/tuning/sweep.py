@@ -22,7 +22,6 @@ from typing import Any
 
 import pandas as pd
 
-from ..config import RunConfig
 from ..results import read_table, rows_to_table, write_atomic
 from .spaces import load_space
 from .spec import SweepSpec
@@ -300,4 +299,4 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
     return SweepOutcome(spec.results_dir, trials, selected, final_runs)
 
 
-__all__ = ["RunConfig", "SweepOutcome", "derive_concurrency", "pareto_front", "run_sweep"]
+__all__ = ["SweepOutcome", "derive_concurrency", "pareto_front", "run_sweep"]
