@@ -77,6 +77,21 @@ def _load(
     model.to(device)
 
 
+def _batch(
+    data: ArraySplit,
+    batch: np.ndarray,
+    info: DatasetInfo,
+    augment: str,
+    gen: torch.Generator,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One training mini-batch: normalised images (augmented from ``gen``) and labels."""
+    x = to_tensor(data.x[batch], info)
+    if augment == "crop_flip":
+        x = crop_flip(x, gen)
+    return x.to(device), torch.from_numpy(data.y[batch]).to(device)
+
+
 def local_update(
     model: nn.Module,
     layout: StateLayout,
@@ -118,11 +133,7 @@ def local_update(
         perm = torch.randperm(n, generator=shuffle_gen).numpy()
         for start, stop in starts:
             batch = indices[perm[start:stop]]
-            x = to_tensor(data.x[batch], info)
-            if augment == "crop_flip":
-                x = crop_flip(x, aug_gen)
-            x = x.to(device)
-            y = torch.from_numpy(data.y[batch]).to(device)
+            x, y = _batch(data, batch, info, augment, aug_gen, device)
             opt.zero_grad(set_to_none=True)
             with _autocast(device, amp):
                 loss = nn.functional.cross_entropy(model(x), y)
@@ -224,11 +235,8 @@ def head_proxy(
         train_bn = mode == "train" and has_batchnorm(model)
         for start, stop in batch_starts(n, batch_size, train_bn)[:max_batches]:
             batch = indices[perm[start:stop]]
-            x = to_tensor(data.x[batch], info)
-            if augment == "crop_flip":
-                x = crop_flip(x, gen)
-            y = torch.from_numpy(data.y[batch]).to(device)
-            nn.functional.cross_entropy(model(x.to(device)), y).backward()
+            x, y = _batch(data, batch, info, augment, gen, device)
+            nn.functional.cross_entropy(model(x), y).backward()
         named = dict(model.named_parameters())
         out = torch.cat([named[n].grad.detach().reshape(-1).float().cpu() for n in head_names])
     finally:
