@@ -31,6 +31,22 @@ def restricted_bytes_of(update: SparseUpdate, layout: StateLayout) -> int:
     )
 
 
+def state_nbytes(obj: object) -> int:
+    """Bytes of the tensors and scalars in a (nested) state object: tensors by their storage,
+    Python numbers as 8 bytes."""
+    if obj is None:
+        return 0
+    if hasattr(obj, "element_size") and hasattr(obj, "numel"):
+        return int(obj.numel() * obj.element_size())
+    if isinstance(obj, dict):
+        return sum(state_nbytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(state_nbytes(v) for v in obj)
+    if isinstance(obj, int | float):
+        return 8
+    return 0
+
+
 def saving(up: int, reference: int) -> float:
     """s = 1 − U / (m B0): the restricted uplink saving against dense uplink."""
     return 1.0 - up / reference if reference else float("nan")

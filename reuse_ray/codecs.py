@@ -30,7 +30,8 @@ WIRE_VERSION = 1
 _MSG_HEADER = struct.Struct("<2sBBIiIH")
 # tensor id, mode, numel, k
 _TENSOR_HEADER = struct.Struct("<HBII")
-KIND_UPDATE, KIND_MODEL, KIND_PROXY = 1, 2, 3
+KIND_UPDATE, KIND_MODEL, KIND_PROXY, KIND_LAQ, KIND_SKIP, KIND_CONTROL = 1, 2, 3, 4, 5, 6
+_LAQ_HEADER = struct.Struct("<fB")  # radius R (fp32), bits b
 
 
 def topk_count(d: int, r: float, rounding: str = "floor") -> int:
@@ -179,16 +180,25 @@ def encode(
     round_: int = 0,
     client: int = -1,
     num_samples: int = 0,
+    skip: tuple[int, ...] = (),
 ) -> bytes:
-    """Serialise an update (or a dense model) to bytes, per tensor in its cheapest layout."""
+    """Serialise an update (or a dense model) to bytes, per tensor in its cheapest layout.
+
+    Tensor ids in ``skip`` are not sent at all (FedLUAR's recycled layers); the decoded update
+    then has no entries there.
+    """
+    skipped = set(skip)
     chunks = [
         _MSG_HEADER.pack(
-            MAGIC, WIRE_VERSION, kind, round_, client, num_samples, len(layout.tensors)
+            MAGIC, WIRE_VERSION, kind, round_, client, num_samples,
+            len(layout.tensors) - len(skipped & set(range(len(layout.tensors)))),
         )
-    ]
+    ]  # fmt: skip
     for tid, ((mode, k, payload), s) in enumerate(
         zip(tensor_payloads(update, layout), layout.tensors, strict=True)
     ):
+        if tid in skipped:
+            continue
         chunks.append(_TENSOR_HEADER.pack(tid, mode, s.numel, k))
         chunks.append(payload)
     return b"".join(chunks)
@@ -279,14 +289,66 @@ def decode(blob: bytes, layout: StateLayout) -> Decoded:
     if magic != MAGIC or version != WIRE_VERSION:
         raise ValueError("not a reuse_ray wire message")
     pos = _MSG_HEADER.size
-    parts, all_dense = [], True
+    if kind not in (KIND_UPDATE, KIND_MODEL, KIND_PROXY, KIND_CONTROL):
+        raise ValueError(f"message kind {kind} is not an update; use decode_laq / message_kind")
+    parts, all_dense = [], ntens == len(layout.tensors)
     for _ in range(ntens):
         tid, mode, numel, k = _TENSOR_HEADER.unpack_from(blob, pos)
         pos += _TENSOR_HEADER.size
         idx, vals, pos, full = _read_tensor(blob, pos, mode, numel, k, layout.tensors[tid].offset)
         parts.append((idx, vals))
         all_dense &= full
+    if not parts:
+        return Decoded(kind, round_, client, n, SparseUpdate(
+            layout.dim, torch.zeros(0, dtype=torch.int64), torch.zeros(0)))  # fmt: skip
     return Decoded(kind, round_, client, n, _assemble(layout, parts, all_dense))
+
+
+def message_kind(blob: bytes) -> int:
+    """The kind field of a wire message's header."""
+    magic, version, kind, *_ = _MSG_HEADER.unpack_from(blob, 0)
+    if magic != MAGIC or version != WIRE_VERSION:
+        raise ValueError("not a reuse_ray wire message")
+    return int(kind)
+
+
+def encode_skip(round_: int, client: int, num_samples: int) -> bytes:
+    """A lazy client's skip flag: the message header alone (LAQ, §2.12)."""
+    return _MSG_HEADER.pack(MAGIC, WIRE_VERSION, KIND_SKIP, round_, client, num_samples, 0)
+
+
+def laq_payload_bytes(dim: int, bits: int) -> int:
+    """The restricted bytes of one LAQ upload: 4 (radius R) + ⌈b·d/8⌉ (§2.12)."""
+    return 4 + -(-bits * dim // 8)
+
+
+def encode_laq(
+    radius: float, codes: torch.Tensor, bits: int, round_: int, client: int, num_samples: int
+) -> bytes:
+    """A LAQ upload: header, R as fp32, b, and the d codes packed at b bits each."""
+    c = codes.numpy().astype(np.uint32)
+    shifts = np.arange(bits, dtype=np.uint32)
+    bit_matrix = ((c[:, None] >> shifts) & 1).astype(bool)  # little-endian bits per code
+    packed = np.packbits(bit_matrix.reshape(-1), bitorder="little").tobytes()
+    return (
+        _MSG_HEADER.pack(MAGIC, WIRE_VERSION, KIND_LAQ, round_, client, num_samples, 0)
+        + _LAQ_HEADER.pack(radius, bits)
+        + packed
+    )
+
+
+def decode_laq(blob: bytes, dim: int) -> tuple[float, torch.Tensor, int]:
+    """Inverse of :func:`encode_laq`: (R, codes as int64, b)."""
+    if message_kind(blob) != KIND_LAQ:
+        raise ValueError("not a LAQ message")
+    pos = _MSG_HEADER.size
+    radius, bits = _LAQ_HEADER.unpack_from(blob, pos)
+    pos += _LAQ_HEADER.size
+    nbytes = -(-bits * dim // 8)
+    raw = np.frombuffer(blob, dtype=np.uint8, count=nbytes, offset=pos)
+    bit_matrix = np.unpackbits(raw, bitorder="little")[: bits * dim].reshape(dim, bits)
+    codes = (bit_matrix.astype(np.int64) << np.arange(bits, dtype=np.int64)).sum(axis=1)
+    return float(radius), torch.from_numpy(codes), int(bits)
 
 
 def encode_model(w: torch.Tensor, layout: StateLayout, round_: int) -> bytes:

@@ -31,7 +31,21 @@ DATASETS = (
     "cifar100",
     "pathmnist",
 )
-METHODS = ("fedavg", "fedprox", "fedadam", "dg_fedreuse")
+METHODS = (
+    "fedavg",
+    "fedprox",
+    "fedadam",
+    "dg_fedreuse",
+    "fedluar",
+    "fedsteer",
+    "mifa",
+    "fedvarp",
+    "fedstale",
+    "scaffold",
+    "ef21",
+    "laq",
+)
+PARTICIPATION = ("uniform", "bernoulli", "two_group", "groups")
 DG_SCHEDULES = ("geometric", "linear", "exponential")
 DG_DISTANCES = ("clipped_cosine", "half_cosine")
 DG_DECAYS = ("power", "constant", "power_minus_one")
@@ -178,8 +192,23 @@ class FLConfig:
     rounds: int = 30  # final round T, fixed in advance; the test split is read once, at T
     eval_every: int = 5  # validation at round 1, every eval_every rounds and at T
     server_lr: float = 1.0  # eta_s of the FedAvg family (§1.7)
+    participation: str = "uniform"  # uniform m-of-N | bernoulli | two_group | groups (§1.4)
+    two_group_a: float = 5.0  # two_group: weight 1+a on the first half of the ids
+    group_probs: tuple[float, ...] = (1.0, 0.5)  # groups: p of each contiguous block of ids
 
     def __post_init__(self) -> None:
+        _check_choice("participation", self.participation, PARTICIPATION)
+        _check_range("two_group_a", self.two_group_a, 0.0)
+        if not self.group_probs or any(not 0.0 < p <= 1.0 for p in self.group_probs):
+            raise ConfigError(
+                "group_probs", f"{list(self.group_probs)!r}; allowed: a non-empty list in (0, 1]"
+            )
+        if len(self.group_probs) > self.num_clients:
+            raise ConfigError(
+                "group_probs",
+                f"{len(self.group_probs)} groups for {self.num_clients} clients; "
+                f"allowed: at most num_clients groups",
+            )
         _check_range("num_clients", self.num_clients, 1)
         _check_range("clients_per_round", self.clients_per_round, 1)
         _check_range("rounds", self.rounds, 1)
@@ -263,6 +292,117 @@ class DGConfig:
 
 
 @dataclass(frozen=True)
+class FedLUARConfig:
+    """FedLUAR (ALGORITHMS.md §2.4): δ layers recycled per round, chosen ∝ 1/score."""
+
+    delta: int = 2  # δ; paper: 2 (CNN/FEMNIST), 10 (ResNet-20), 14 (WRN-28-10); must be < |L_rec|
+    weighting: str = "samples"  # samples: π_i (FedAvg family) | uniform: 1/|S_t| (reference code)
+
+    def __post_init__(self) -> None:
+        _check_range("delta", self.delta, 0)
+        _check_choice("weighting", self.weighting, ("samples", "uniform"))
+
+
+@dataclass(frozen=True)
+class FedSteerConfig:
+    """FedSteer (ALGORITHMS.md §2.5); defaults are the reference main run."""
+
+    core_size: int = 10  # K, clients whose full pseudo-gradient is cached
+    ridge: float = 0.5  # λ of the ridge projection
+    warmup: int = 5  # W, rounds of core-set search
+    swaps: int = 5  # swap passes of the greedy core-set search
+    beta: float = 1.0  # cache refresh h_i <- beta * g_i
+    mode: str = "fidelity"  # fidelity: the reference code's oracle warm-up | clean: no oracle
+
+    def __post_init__(self) -> None:
+        _check_range("core_size", self.core_size, 1)
+        _check_range("ridge", self.ridge, 0.0, lo_open=True)
+        _check_range("warmup", self.warmup, 0)
+        _check_range("swaps", self.swaps, 0)
+        _check_range("beta", self.beta, 0.0, 1.0)
+        _check_choice("mode", self.mode, ("fidelity", "clean"))
+
+
+@dataclass(frozen=True)
+class MIFAConfig:
+    """MIFA (ALGORITHMS.md §2.6): the server averages every client's last update."""
+
+    init: str = "zero"  # zero: G_i = 0 (fdu_no_wait) | wait: fill all G_i once all were seen (fdu)
+    weights: str = "uniform"  # uniform 1/N (official) | samples: α_i = n_i / Σ n
+
+    def __post_init__(self) -> None:
+        _check_choice("init", self.init, ("zero", "wait"))
+        _check_choice("weights", self.weights, ("uniform", "samples"))
+
+
+@dataclass(frozen=True)
+class FedStaleConfig:
+    """FedVARP (β = 1, §2.7) and FedStale (β ∈ [0, 1], §2.8)."""
+
+    beta: float = 0.5  # FedStale's mix; published runs 0.5 (FedVARP ignores it: β = 1)
+    probs: str = "known"  # known p_i from the participation model | estimated online (FedAU)
+    weights: str = "samples"  # α_i = n_i / Σ n | uniform 1/N
+
+    def __post_init__(self) -> None:
+        _check_range("beta", self.beta, 0.0, 1.0)
+        _check_choice("probs", self.probs, ("known", "estimated"))
+        _check_choice("weights", self.weights, ("samples", "uniform"))
+
+
+@dataclass(frozen=True)
+class ScaffoldConfig:
+    """SCAFFOLD option II (ALGORITHMS.md §2.9); the server lr is ``fl.server_lr``."""
+
+    weighting: str = "uniform"  # uniform 1/|S_t| (paper) | samples: π_i
+    # K in c_i⁺ = c_i − c + (w_t − y)/(K η_l): momentum = the plain-SGD-equivalent step count
+    # of heavy-ball SGD (K when momentum is 0) | raw = the optimizer steps taken
+    steps: str = "momentum"
+
+    def __post_init__(self) -> None:
+        _check_choice("weighting", self.weighting, ("uniform", "samples"))
+        _check_choice("steps", self.steps, ("momentum", "raw"))
+
+
+@dataclass(frozen=True)
+class EF21Config:
+    """EF21 with partial participation (ALGORITHMS.md §2.11.2); Top-K ratio from method."""
+
+    variant: str = "pp"  # pp: w += Σ_all α_j g_j (memory) | s: w += Σ_selected π_i g_i
+    init: str = "zero"  # zero: first message TopK(Δ) | dense: first message Δ, charged B0
+
+    def __post_init__(self) -> None:
+        _check_choice("variant", self.variant, ("pp", "s"))
+        _check_choice("init", self.init, ("zero", "dense"))
+
+
+@dataclass(frozen=True)
+class LAQConfig:
+    """LAQ adapted to FL rounds (ALGORITHMS.md §2.12)."""
+
+    # b, bits per coordinate (2^b levels). The official 4 makes the quantisation-error term
+    # 3(ε + ε̂) exceed the innovation of whole local-training updates, so every later
+    # participation is lazy and the replayed stale Q_i drive digits to chance; 8 does not
+    bits: int = 8
+    history: int = 10  # D, past model changes in the skip threshold
+    xi: float = 0.8  # Σ_d ξ_d; ξ_d = xi / min(D, rounds so far)
+    c_thr: float = 0.01  # replaces 1/(α²M²): pseudo-updates are lr-scaled, ≈ 1/m²
+    max_clock: int = 10  # t̄: force an upload after this many skipped participations
+    weights: str = "samples"  # α_j of the server aggregate: samples | uniform
+
+    def __post_init__(self) -> None:
+        _check_range("bits", self.bits, 1, 16)
+        _check_range("history", self.history, 1)
+        _check_range("xi", self.xi, 0.0)
+        _check_range("c_thr", self.c_thr, 0.0)
+        _check_range("max_clock", self.max_clock, 1)
+        _check_choice("weights", self.weights, ("samples", "uniform"))
+
+
+# methods whose uplink is a plain Top-K message, so Fed-EF can wrap it
+EF_METHODS = ("fedavg", "fedprox", "fedadam", "dg_fedreuse", "mifa", "fedvarp", "fedstale")
+
+
+@dataclass(frozen=True)
 class MethodConfig:
     """The algorithm and its knobs; each method reads only its own block."""
 
@@ -272,10 +412,30 @@ class MethodConfig:
     fedprox: FedProxConfig = field(default_factory=FedProxConfig)
     fedadam: FedAdamConfig = field(default_factory=FedAdamConfig)
     dg: DGConfig = field(default_factory=DGConfig)
+    fedluar: FedLUARConfig = field(default_factory=FedLUARConfig)
+    fedsteer: FedSteerConfig = field(default_factory=FedSteerConfig)
+    mifa: MIFAConfig = field(default_factory=MIFAConfig)
+    fedstale: FedStaleConfig = field(default_factory=FedStaleConfig)
+    scaffold: ScaffoldConfig = field(default_factory=ScaffoldConfig)
+    ef21: EF21Config = field(default_factory=EF21Config)
+    laq: LAQConfig = field(default_factory=LAQConfig)
 
     def __post_init__(self) -> None:
         _check_choice("name", self.name, METHODS)
         _check_range("topk_ratio", self.topk_ratio, 0.0, 1.0, lo_open=True)
+        if self.error_feedback and self.name not in EF_METHODS:
+            raise ConfigError(
+                "error_feedback",
+                f"true is not available with method {self.name!r}; allowed with: "
+                + ", ".join(EF_METHODS),
+            )
+        if self.name in ("laq", "fedsteer") and self.topk_ratio != 1.0:
+            raise ConfigError(
+                "topk_ratio",
+                f"{self.topk_ratio!r} with method {self.name!r}, whose uplink is "
+                + ("quantized" if self.name == "laq" else "the dense pseudo-gradient")
+                + "; allowed: 1.0",
+            )
 
 
 @dataclass(frozen=True)

@@ -52,11 +52,12 @@ def test_ef_topk_run_bytes_memory_and_learning(tmp_path):
     # same bytes on the wire, different updates
     assert (ra["up_restricted"].to_numpy() == rb["up_restricted"].to_numpy()).all()
     assert not (ra["update_norm"].to_numpy()[1:] == rb["update_norm"].to_numpy()[1:]).all()
-    # the server simulates one d-float error memory per client that has trained
+    # every client that has trained keeps a d-float error memory (client side, simulated)
     ev = read_table(ef.results_dir, "client_events")
     d = b.row["num_params"]
-    assert b.row["server_memory_bytes"] == 4 * d * ev["client_id"].nunique()
-    assert a.row["server_memory_bytes"] == 0
+    assert b.row["client_memory_bytes"] == 4 * d * ev["client_id"].nunique()
+    assert a.row["client_memory_bytes"] == 0
+    assert a.row["server_memory_bytes"] == b.row["server_memory_bytes"] == 0
     assert b.row["final_val_acc"] > 0.2  # chance is 0.1
 
 

@@ -17,6 +17,9 @@ from .base import (
 from .dg_fedreuse import CacheStore, DGFedReuse, DGState, LocalCacheStore
 from .fedadam import FedAdam, FedAdamState, fedadam_step
 from .fedavg import FedAvg, fedavg_aggregate
+from .fedluar import FedLUAR
+from .memory import EF21, LAQ, MIFA, FedStale, MemoryBank
+from .scaffold import Scaffold
 
 
 def build_algorithm(
@@ -28,6 +31,9 @@ def build_algorithm(
     when the server runs as a Ray actor.
     """
     m = cfg.method
+    store = store or LocalCacheStore()
+    lr = cfg.fl.server_lr
+    n = cfg.fl.num_clients
     if m.name == "fedavg":
         return FedAvg(m.topk_ratio, 0.0, cfg.fl.server_lr, "fedavg")
     if m.name == "fedprox":
@@ -36,9 +42,27 @@ def build_algorithm(
         a = m.fedadam
         return FedAdam(layout.trainable_mask(), m.topk_ratio, a.lr, a.beta1, a.beta2, a.tau, a.v0)
     if m.name == "dg_fedreuse":
-        return DGFedReuse(
-            m.dg, layout, cfg.seed, store or LocalCacheStore(), m.topk_ratio, cfg.fl.server_lr
-        )
+        return DGFedReuse(m.dg, layout, cfg.seed, store, m.topk_ratio, lr)
+    if m.name in ("fedstale", "fedvarp"):
+        from ..participation import participation_probs
+
+        s = m.fedstale
+        beta = 1.0 if m.name == "fedvarp" else s.beta
+        return FedStale(store, tuple(participation_probs(cfg).tolist()), beta,
+                        s.probs == "estimated", s.weights, m.topk_ratio, lr, m.name)  # fmt: skip
+    if m.name == "mifa":
+        return MIFA(store, n, m.mifa.init, m.mifa.weights, m.topk_ratio, lr)
+    if m.name == "ef21":
+        e = m.ef21
+        return EF21(store, m.topk_ratio, e.variant, e.init == "dense", "samples", lr)
+    if m.name == "laq":
+        q = m.laq
+        return LAQ(store, q.bits, q.history, q.xi, q.c_thr, q.weights, lr)
+    if m.name == "scaffold":
+        trainable = layout.subset([t.name for t in layout.tensors if t.trainable])
+        return Scaffold(trainable, n, m.topk_ratio, m.scaffold.weighting, lr)
+    if m.name == "fedluar":
+        return FedLUAR(layout, cfg.seed, m.fedluar.delta, m.fedluar.weighting, m.topk_ratio, lr)
     raise ValueError(f"method.name: unknown method {m.name!r}; allowed: {', '.join(METHODS)}")
 
 
@@ -53,6 +77,13 @@ __all__ = [
     "FedAdam",
     "FedAdamState",
     "FedAvg",
+    "EF21",
+    "FedLUAR",
+    "FedStale",
+    "LAQ",
+    "MIFA",
+    "MemoryBank",
+    "Scaffold",
     "FreshUpdate",
     "RoundPlan",
     "StepResult",

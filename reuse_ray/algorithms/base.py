@@ -29,7 +29,17 @@ class ClientTask:
     topk_ratio: float = 1.0  # per-tensor Top-K keep ratio of the uplink (1 = dense)
     mu: float = 0.0  # proximal coefficient of the local objective
     refresh_proxy: bool = False  # also send HeadProxy(i, w_t, proxy_refresh) (§2.3.5)
-    error: torch.Tensor | None = None  # Fed-EF: the client's error memory e_i (None = zeros)
+    # the uplink compressor: topk | ef (Fed-EF) | ef21 | laq | scaffold (Δy and Δc)
+    codec: str = "topk"
+    # client-local state kept between participations (None = zeros / first visit): Fed-EF's
+    # e_i, SCAFFOLD's c_i, LAQ's (ε̂_i, clock_i)
+    local: Any = None
+    # what the server sends along with w_t: SCAFFOLD's c; or the server's mirror of a state
+    # the client holds identically by construction (EF21's g_i, LAQ's last upload Q_i)
+    memory: Any = None
+    skip_tensors: tuple[int, ...] = ()  # FedLUAR: tensor ids not uploaded this round
+    threshold: float = 0.0  # LAQ: the model-change term of the skip rule
+    dense_first: bool = False  # EF21 init=dense: the first message is Δ itself
 
 
 @dataclass(frozen=True)
@@ -45,8 +55,11 @@ class RoundPlan:
     """What the server decided before client work: tasks, and a decision per selected client."""
 
     tasks: tuple[ClientTask, ...]
-    decisions: dict[int, str]  # client -> "fresh" | "reused" | "skipped"
+    # client -> "fresh" | "reused" | "skipped" | "waiting"; clients outside S_t that still work
+    # (FedSteer's fidelity warm-up, MIFA's 'wait' fill) appear with "oracle" / "fill"
+    decisions: dict[int, str]
     gate: dict[int, dict[str, Any]] = field(default_factory=dict)  # per-client gate columns
+    down_extra: int = 0  # measured downlink bytes per participant besides w_t (controls, R_t)
 
 
 @dataclass(frozen=True)
@@ -55,8 +68,12 @@ class FreshUpdate:
 
     client: int
     num_samples: int
-    update: SparseUpdate
+    update: SparseUpdate | None  # None for a LAQ upload (see ``quantized``) or a skip
     proxy: torch.Tensor | None = None  # refresh head proxy, when the task asked for one
+    control: torch.Tensor | None = None  # SCAFFOLD: Δc_i over the trainable coordinates
+    quantized: tuple[float, torch.Tensor] | None = None  # LAQ: (radius R, integer codes)
+    skipped: bool = False  # LAQ: the client trained but its skip rule held back the upload
+    steps: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,7 @@ class StepResult:
     w: torch.Tensor
     weights: dict[int, float]  # aggregation weight per selected client
     contribution_norms: dict[int, float]  # ‖u_i‖ per selected client
+    decisions: dict[int, str] = field(default_factory=dict)  # outcomes known only after uploads
 
 
 class Algorithm(Protocol):

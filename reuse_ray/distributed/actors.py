@@ -108,5 +108,5 @@ class ServerActor:
         ]
         return self.core.step(t, selected, plan, outcomes)
 
-    def memory_bytes(self) -> int:
+    def memory_bytes(self) -> dict[str, int]:
         return self.core.memory_bytes()

@@ -125,7 +125,7 @@ class RayBackend:
     def weights(self) -> torch.Tensor:
         return _as_tensor(ray.get(self.server.weights.remote())).clone()
 
-    def memory_bytes(self) -> int:
+    def memory_bytes(self) -> dict[str, int]:
         return ray.get(self.server.memory_bytes.remote())
 
     def cache_bytes(self) -> int:

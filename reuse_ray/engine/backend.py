@@ -16,7 +16,24 @@ import numpy as np
 import torch
 
 from ..algorithms.base import ClientTask, ProbeTask
-from ..codecs import KIND_PROXY, encode, encode_vector, error_feedback_step, topk_sparsify
+from ..codecs import (
+    KIND_CONTROL,
+    KIND_PROXY,
+    encode,
+    encode_laq,
+    encode_skip,
+    encode_vector,
+    error_feedback_step,
+    topk_sparsify,
+)
+from ..compressors import (
+    ef21_step,
+    effective_steps,
+    laq_quantize,
+    laq_upload,
+    scaffold_correction,
+    scaffold_new_control,
+)
 from ..config import RunConfig
 from ..data.registry import ArraySplit, DatasetInfo
 from ..models import head_parameter_names, init_model
@@ -57,7 +74,8 @@ class ClientOutcome:
     finite: bool
     wall_s: float
     proxy_message: bytes | None = None  # encoded refresh head proxy, when asked for
-    client_state: torch.Tensor | None = None  # Fed-EF: the new e_i (client-local, not sent)
+    client_state: object = None  # new client-local state (Fed-EF e_i, …): kept, not sent
+    control_message: bytes | None = None  # SCAFFOLD: the encoded Δc_i
 
 
 @dataclass(frozen=True)
@@ -97,6 +115,10 @@ class ClientWorker:
         self.int_buffers = int_buffers(self.model)
         self.head_names = head_parameter_names(self.model)
         self.head_layout = self.layout.subset(self.head_names)
+        self.trainable_layout = self.layout.subset(
+            [t.name for t in self.layout.tensors if t.trainable]
+        )
+        self.trainable_mask = self.layout.trainable_mask()
 
     def _proxy(self, client: int, round_: int, w: torch.Tensor, purpose: Purpose) -> bytes:
         s, dg = self.setup, self.setup.cfg.method.dg
@@ -139,6 +161,11 @@ class ClientWorker:
                 momentum=tc.momentum,
                 weight_decay=tc.weight_decay,
                 mu=task.mu,
+                correction=(
+                    scaffold_correction(task.memory, task.local, self.layout)
+                    if task.codec == "scaffold"
+                    else None
+                ),
                 augment=s.augment,
                 amp=tc.amp,
                 device=self.device,
@@ -146,15 +173,7 @@ class ClientWorker:
         except Exception as err:
             raise ClientError(task.client, task.round, "local training", err) from err
         try:
-            state = None
-            if s.cfg.method.error_feedback:
-                upd, state = error_feedback_step(res.delta, task.error, self.layout,
-                                                 task.topk_ratio)  # fmt: skip
-            else:
-                upd = topk_sparsify(res.delta, self.layout, task.topk_ratio)
-            msg = encode(
-                upd, self.layout, round_=task.round, client=task.client, num_samples=len(idx)
-            )
+            msg, state, control = self._uplink(task, res.delta, res.steps, len(idx))
         except Exception as err:
             raise ClientError(task.client, task.round, "encoding", err) from err
         proxy = None
@@ -165,8 +184,42 @@ class ClientWorker:
                 raise ClientError(task.client, task.round, "refresh proxy", err) from err
         return ClientOutcome(
             task.client, task.round, len(idx), msg, res.mean_loss, res.steps, res.finite,
-            time.perf_counter() - start, proxy, state,
+            time.perf_counter() - start, proxy, state, control,
         )  # fmt: skip
+
+    def _uplink(
+        self, task: ClientTask, delta: torch.Tensor, steps: int, n: int
+    ) -> tuple[bytes, object, bytes | None]:
+        """The compressor of ``task.codec``: (uplink message, new local state, control message)."""
+        head = {"round_": task.round, "client": task.client, "num_samples": n}
+        r, state, control = task.topk_ratio, None, None
+        if task.codec == "topk":
+            upd = topk_sparsify(delta, self.layout, r)
+        elif task.codec == "ef":
+            upd, state = error_feedback_step(delta, task.local, self.layout, r)
+        elif task.codec == "ef21":
+            upd, _ = ef21_step(delta, task.memory, self.layout, r, task.dense_first)
+        elif task.codec == "scaffold":
+            upd = topk_sparsify(delta, self.layout, r)
+            tc, sc = self.setup.cfg.train, self.setup.cfg.method.scaffold
+            k = effective_steps(steps, tc.momentum) if sc.steps == "momentum" else steps
+            state = scaffold_new_control(task.memory, task.local, delta, self.trainable_mask,
+                                         k, tc.lr)  # fmt: skip
+            dc = state if task.local is None else state - task.local
+            control = encode_vector(dc, self.trainable_layout, KIND_CONTROL, task.round,
+                                    task.client)  # fmt: skip
+        elif task.codec == "laq":
+            laq = self.setup.cfg.method.laq
+            eps_hat, clock = task.local if task.local is not None else (0.0, 0)
+            radius, codes, q_new = laq_quantize(delta, task.memory, laq.bits)
+            upload, eps = laq_upload(q_new, task.memory, delta, eps_hat, task.threshold,
+                                     clock, laq.max_clock)  # fmt: skip
+            if upload:
+                return encode_laq(radius, codes, laq.bits, **head), (eps, 0), None
+            return encode_skip(**head), (eps_hat, clock + 1), None
+        else:
+            raise ValueError(f"unknown uplink codec {task.codec!r}")
+        return encode(upd, self.layout, skip=task.skip_tensors, **head), state, control
 
 
 class Backend(Protocol):
@@ -185,7 +238,7 @@ class Backend(Protocol):
 
     def weights(self) -> torch.Tensor: ...
 
-    def memory_bytes(self) -> int: ...
+    def memory_bytes(self) -> dict[str, int]: ...
 
     def snapshot(self) -> dict: ...
 

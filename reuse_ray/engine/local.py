@@ -42,7 +42,7 @@ class LocalBackend:
     def weights(self) -> torch.Tensor:
         return self._check()[0].weights()
 
-    def memory_bytes(self) -> int:
+    def memory_bytes(self) -> dict[str, int]:
         return self._check()[0].memory_bytes()
 
     def snapshot(self) -> dict:

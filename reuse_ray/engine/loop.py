@@ -30,9 +30,10 @@ from ..state import StateLayout
 from ..training import configure_determinism, evaluate
 from .backend import Backend, RunSetup
 from .local import LocalBackend
-from .sampling import uniform_selection
+from .sampling import participation_probs, select_clients
 
 Progress = Callable[[str], None]
+OUTSIDE_S = ("oracle", "fill")  # decisions of clients that worked without being in S_t
 
 
 @dataclass
@@ -96,7 +97,8 @@ def _round_row(run_id: str, seed: int, t: int, report, rb: RoundBytes, cum: Roun
                val, wall: float) -> dict[str, Any]:  # fmt: skip
     losses = [c.train_loss for c in report.clients if c.train_loss is not None]
     return {
-        "run_id": run_id, "seed": seed, "round": t, "num_selected": len(report.clients),
+        "run_id": run_id, "seed": seed, "round": t,
+        "num_selected": sum(1 for c in report.clients if c.decision not in OUTSIDE_S),
         "num_fresh": sum(1 for c in report.clients if c.decision == "fresh"),
         "num_reused": sum(1 for c in report.clients if c.decision == "reused"),
         "train_loss": float(np.mean(losses)) if losses else None,
@@ -204,12 +206,13 @@ def run_fl(
     test = None
     memory = None
     try:
+        probs = participation_probs(cfg)
         backend.start(RunSetup(cfg, info, data.train, tuple(parts), model_name))
         if resumed is not None:
             backend.restore(resumed["server"])
         for t in range(first_round, cfg.fl.rounds + 1):
             t0 = time.perf_counter()
-            selected = uniform_selection(cfg.seed, t, cfg.fl.num_clients, cfg.fl.clients_per_round)
+            selected = select_clients(cfg, t, probs)
             report = backend.run_round(t, selected)
             if report.diverged:
                 status, error = "diverged", f"non-finite loss or update in round {t}"
@@ -283,7 +286,9 @@ def run_fl(
                 "cum_saving_restricted": cum.saving_restricted if cum.dense_reference else None,
                 "cum_saving_bidirectional": (cum.saving_bidirectional if cum.dense_reference
                                              else None),
-                "server_memory_bytes": memory, "client_steps": total_steps,
+                "server_memory_bytes": memory["server"] if memory else None,
+                "client_memory_bytes": memory["client"] if memory else None,
+                "client_steps": total_steps,
                 "wall_s": time.perf_counter() - t_start,
             })  # fmt: skip
             writer.set_run_row(run_row)

@@ -1,11 +1,10 @@
-"""Client participation (ALGORITHMS.md §1.4): uniform m-of-N from the keyed ``select`` stream."""
+"""Client participation, re-exported for the engine (see :mod:`reuse_ray.participation`)."""
 
-from __future__ import annotations
+from ..participation import (
+    bernoulli_selection,
+    participation_probs,
+    select_clients,
+    uniform_selection,
+)
 
-from ..rng import Purpose, generator
-
-
-def uniform_selection(seed: int, round_: int, num_clients: int, per_round: int) -> list[int]:
-    """S_t: ``per_round`` distinct ids drawn uniformly, sorted ascending (§1.5)."""
-    rng = generator(seed, Purpose.SELECT, round_)
-    return sorted(int(i) for i in rng.choice(num_clients, size=per_round, replace=False))
+__all__ = ["bernoulli_selection", "participation_probs", "select_clients", "uniform_selection"]

@@ -84,6 +84,7 @@ RUNS = pa.schema(
         pa.field("cum_saving_restricted", pa.float64()),
         pa.field("cum_saving_bidirectional", pa.float64()),
         pa.field("server_memory_bytes", pa.int64()),
+        pa.field("client_memory_bytes", pa.int64()),
         pa.field("client_steps", pa.int64()),
         pa.field("wall_s", pa.float64()),
         pa.field("started_at", pa.string()),
