@@ -203,7 +203,7 @@ class FLConfig:
             raise ConfigError(
                 "group_probs", f"{list(self.group_probs)!r}; allowed: a non-empty list in (0, 1]"
             )
-        if len(self.group_probs) > self.num_clients:
+        if self.participation == "groups" and len(self.group_probs) > self.num_clients:
             raise ConfigError(
                 "group_probs",
                 f"{len(self.group_probs)} groups for {self.num_clients} clients; "

@@ -122,6 +122,18 @@ def make_layout(*sizes: int):
     return StateLayout(tuple(specs), off)
 
 
+def shaped_layout(entries: list[tuple[str, tuple[int, ...]]]):
+    """A StateLayout of trainable tensors with the given names and shapes."""
+    from reuse_ray.state import StateLayout, TensorSpec
+
+    specs, off = [], 0
+    for name, shape in entries:
+        n = int(np.prod(shape))
+        specs.append(TensorSpec(name, shape, n, off, True))
+        off += n
+    return StateLayout(tuple(specs), off)
+
+
 def small_config(tmp_path: Path, **overrides) -> RunConfig:
     """A few-second FedAvg run on the embedded digits data."""
     base = {

@@ -18,6 +18,7 @@ from .dg_fedreuse import CacheStore, DGFedReuse, DGState, LocalCacheStore
 from .fedadam import FedAdam, FedAdamState, fedadam_step
 from .fedavg import FedAvg, fedavg_aggregate
 from .fedluar import FedLUAR
+from .fedsteer import FedSteer
 from .memory import EF21, LAQ, MIFA, FedStale, MemoryBank
 from .scaffold import Scaffold
 
@@ -61,6 +62,12 @@ def build_algorithm(
     if m.name == "scaffold":
         trainable = layout.subset([t.name for t in layout.tensors if t.trainable])
         return Scaffold(trainable, n, m.topk_ratio, m.scaffold.weighting, lr)
+    if m.name == "fedsteer":
+        from ..participation import participation_probs
+
+        f = m.fedsteer
+        return FedSteer(store, layout, cfg.seed, tuple(participation_probs(cfg).tolist()),
+                        f.core_size, f.ridge, f.warmup, f.swaps, f.beta, f.mode, lr)  # fmt: skip
     if m.name == "fedluar":
         return FedLUAR(layout, cfg.seed, m.fedluar.delta, m.fedluar.weighting, m.topk_ratio, lr)
     raise ValueError(f"method.name: unknown method {m.name!r}; allowed: {', '.join(METHODS)}")
@@ -79,6 +86,7 @@ __all__ = [
     "FedAvg",
     "EF21",
     "FedLUAR",
+    "FedSteer",
     "FedStale",
     "LAQ",
     "MIFA",
