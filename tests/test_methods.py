@@ -508,3 +508,25 @@ def test_every_method_handles_empty_rounds(tmp_path, method):
         assert (after["update_norm"] > 0).all()
     elif method in ("fedluar", "scaffold"):
         assert (after["update_norm"] == 0).all()
+
+
+@pytest.mark.parametrize("method", ["fedavg", "fedprox", "fedadam", "dg_fedreuse", *ALL])
+def test_every_method_has_a_search_space_that_yields_valid_configs(method):
+    import optuna
+
+    from reuse_ray.config import set_dotted
+    from reuse_ray.tuning.spaces import load_space
+
+    space = load_space(method)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
+    for _ in range(20):
+        trial = study.ask()
+        space(trial)
+        data = {"method": {"name": method}}
+        if method in ("laq", "fedsteer"):
+            data["method"]["topk_ratio"] = 1.0
+        for key, value in trial.params.items():
+            set_dotted(data, key, value)
+        cfg = from_dict(RunConfig, data)
+        assert cfg.method.name == method
+        study.tell(trial, 0.0)
