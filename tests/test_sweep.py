@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -223,3 +224,16 @@ def test_protocol_searcher_none_runs_every_grid_cell_on_the_final_seeds(tmp_path
     assert len(runs) == 4 and (runs["stage"] == "final").all() and (runs["test_reads"] == 1).all()
     cells = sorted(zip(runs["cfg.method.name"], runs["cfg.method.topk_ratio"], strict=True))
     assert cells == [("dg_fedreuse", 0.2), ("dg_fedreuse", 1.0), ("fedavg", 0.2), ("fedavg", 1.0)]
+
+
+def test_relative_results_dir_is_anchored_at_the_submitting_directory(tmp_path, monkeypatch):
+    # Tune runs trials in per-trial working directories; a relative results_dir must not
+    # follow them there
+    monkeypatch.chdir(tmp_path)
+    raw = yaml.safe_load(
+        Path(__file__).parent.parent.joinpath("sweeps/quickstart.yaml").read_text()
+    )
+    raw["results_dir"] = "out/qs"
+    spec = parse_sweep(raw)
+    assert spec.results_dir == str(tmp_path / "out" / "qs")
+    assert spec.run_config().results_dir == str(tmp_path / "out" / "qs")

@@ -217,7 +217,9 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
         _positive("final.top", final.top, integer=True)
     spec = SweepSpec(
         name=name, base=base, search=search, trial=trial, final=final,
-        results_dir=str(raw.get("results_dir") or f"results/sweeps/{name}"),
+        # absolute, because Tune runs each trial in its own working directory: a relative path
+        # would scatter the Parquet tables over the trials' folders
+        results_dir=str(Path(raw.get("results_dir") or f"results/sweeps/{name}").absolute()),
         checkpoint_every=int(raw.get("checkpoint_every", 5)),
     )  # fmt: skip
     if search.searcher == "none" and final is None:
