@@ -530,3 +530,14 @@ def test_every_method_has_a_search_space_that_yields_valid_configs(method):
         cfg = from_dict(RunConfig, data)
         assert cfg.method.name == method
         study.tell(trial, 0.0)
+
+
+@pytest.mark.parametrize("method", ALL)
+def test_every_method_learns_digits(tmp_path, method):
+    kw = {"method__topk_ratio": 1.0} if method in ("laq", "fedsteer") else {}
+    cfg = small_config(tmp_path, method__name=method, fl__rounds=15, fl__eval_every=5, **kw)
+    s = run_fl(cfg)
+    assert s.status == "finished"
+    assert s.row["final_val_acc"] > 0.3  # chance is 0.1; 15 rounds of 4 tiny clients
+    assert s.row["cum_up_measured"] > 0 and s.row["cum_down_measured"] > 0
+    assert s.row["server_memory_bytes"] > 0

@@ -121,6 +121,41 @@ def test_dg_cache_lives_in_the_object_store(tmp_path):
         backend.close()
 
 
+@pytest.mark.parametrize("method", ["mifa", "fedstale", "ef21", "laq", "scaffold"])
+def test_per_client_memories_live_in_the_object_store(tmp_path, method):
+    from reuse_ray.engine import RunSetup, prepare_data
+    from reuse_ray.models import resolve_model_name
+
+    kw = {"method__topk_ratio": 1.0} if method == "laq" else {}
+    cfg = _ray(small_config(tmp_path, method__name=method, **kw), num_workers=2)
+    data, parts = prepare_data(cfg)
+    backend = RayBackend(cfg)
+    backend.start(
+        RunSetup(cfg, data.info, data.train, tuple(parts), resolve_model_name("cnn", "digits"))
+    )
+    try:
+        for t in (1, 2):
+            backend.run_round(t, [0, 1, 2, 3])
+
+        def handles(self):
+            if method == "scaffold":  # client-local c_i, kept for the clients
+                return [h for h, _ in self.core.local.values()]
+            st = self.core.state
+            bank = st if hasattr(st, "handles") else st.bank
+            return list(bank.handles.values())
+
+        refs = ray.get(backend.server.__ray_call__.remote(handles))
+        assert len(refs) == 4 and all(isinstance(h, ray.ObjectRef) for h in refs)
+        memory = backend.memory_bytes()
+        d = ray.get(backend.server.__ray_call__.remote(lambda self: self.core.layout.dim))
+        if method == "scaffold":
+            assert memory == {"server": 4 * d, "client": 4 * 4 * d}
+        else:
+            assert memory == {"server": 4 * d * 5, "client": 0 if method != "laq" else 4 * 16}
+    finally:
+        backend.close()
+
+
 class _KillingBackend(RayBackend):
     """Kills worker 0 while round 2's tasks run; records its pid before and after."""
 
