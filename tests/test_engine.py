@@ -216,7 +216,9 @@ def test_cli_run_and_bad_config(tmp_path, capsys):
     assert rc == 2 and "method.name" in err and "allowed: fedavg" in err
 
 
-@pytest.mark.parametrize("method", ["fedadam", "dg_fedreuse"])
+@pytest.mark.parametrize(
+    "method", ["fedadam", "dg_fedreuse", "scaffold", "fedluar", "laq", "fedsteer", "mifa"]
+)
 def test_checkpoint_resume_is_bit_identical(tmp_path, method):
     from reuse_ray.engine import RunHooks
 
@@ -225,7 +227,11 @@ def test_checkpoint_resume_is_bit_identical(tmp_path, method):
         "fl__rounds": 7,
         "method__dg__tau0": 0.3,
         "method__dg__tau_min": 0.2,
+        "method__laq__bits": 4,
+        "method__fedsteer__core_size": 3,
     }
+    if method in ("laq", "fedsteer"):
+        kw["method__topk_ratio"] = 1.0
     straight = small_config(tmp_path / "straight", **kw)
     blobs = {}
     run_fl(
@@ -240,6 +246,8 @@ def test_checkpoint_resume_is_bit_identical(tmp_path, method):
     for name in ("rounds", "client_events"):
         pd.testing.assert_frame_equal(_metrics(a[name]), _metrics(b[name]), check_exact=True)
     assert a["runs"].iloc[0]["test_acc"] == b["runs"].iloc[0]["test_acc"]
+    for col in ("server_memory_bytes", "client_memory_bytes"):
+        assert a["runs"].iloc[0][col] == b["runs"].iloc[0][col]
     assert len(b["rounds"]) == 7
 
 
