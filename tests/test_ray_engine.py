@@ -99,17 +99,24 @@ def test_ray_engine_is_bit_identical_to_local(tmp_path, local_reference, method,
         assert (theirs["client_events"]["decision"] == "lazy").any()
 
 
-def test_dg_cache_lives_in_the_object_store(tmp_path):
-    from reuse_ray.algorithms import DGState
+def _started_backend(cfg) -> RayBackend:
+    """A started Ray backend on the digits CNN, for driving rounds by hand."""
     from reuse_ray.engine import RunSetup, prepare_data
     from reuse_ray.models import resolve_model_name
 
-    cfg = _ray(small_config(tmp_path, **METHODS["dg_fedreuse"]), num_workers=2)
     data, parts = prepare_data(cfg)
     backend = RayBackend(cfg)
     backend.start(
         RunSetup(cfg, data.info, data.train, tuple(parts), resolve_model_name("cnn", "digits"))
     )
+    return backend
+
+
+def test_dg_cache_lives_in_the_object_store(tmp_path):
+    from reuse_ray.algorithms import DGState
+
+    backend = _started_backend(_ray(small_config(tmp_path, **METHODS["dg_fedreuse"]),
+                                    num_workers=2))  # fmt: skip
     try:
         for t in (1, 2):
             backend.run_round(t, [0, 1, 2, 3])
@@ -123,16 +130,9 @@ def test_dg_cache_lives_in_the_object_store(tmp_path):
 
 @pytest.mark.parametrize("method", ["mifa", "fedstale", "ef21", "laq", "scaffold"])
 def test_per_client_memories_live_in_the_object_store(tmp_path, method):
-    from reuse_ray.engine import RunSetup, prepare_data
-    from reuse_ray.models import resolve_model_name
-
     kw = {"method__topk_ratio": 1.0} if method == "laq" else {}
-    cfg = _ray(small_config(tmp_path, method__name=method, **kw), num_workers=2)
-    data, parts = prepare_data(cfg)
-    backend = RayBackend(cfg)
-    backend.start(
-        RunSetup(cfg, data.info, data.train, tuple(parts), resolve_model_name("cnn", "digits"))
-    )
+    backend = _started_backend(_ray(small_config(tmp_path, method__name=method, **kw),
+                                    num_workers=2))  # fmt: skip
     try:
         for t in (1, 2):
             backend.run_round(t, [0, 1, 2, 3])

@@ -311,7 +311,7 @@ class LAQ:
     w_{t+1} = w_t + η_s Σ_j α_j Q_j over every client's last upload."""
 
     store: Any
-    bits: int = 4
+    bits: int = 8
     history: int = 10
     xi: float = 0.8
     c_thr: float = 0.01
