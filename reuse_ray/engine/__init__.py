@@ -3,7 +3,7 @@
 from .backend import Backend, ClientError, ClientOutcome, ClientWorker, RunSetup
 from .local import LocalBackend
 from .loop import RunHooks, RunSummary, make_backend, prepare_data, run_fl
-from .sampling import uniform_selection
+from .sampling import select_clients, uniform_selection
 
 __all__ = [
     "Backend",
@@ -17,5 +17,6 @@ __all__ = [
     "RunSummary",
     "prepare_data",
     "run_fl",
+    "select_clients",
     "uniform_selection",
 ]
