@@ -63,6 +63,10 @@ class StateLayout:
             off += s.numel
         return StateLayout(tuple(specs), off)
 
+    def trainable_subset(self) -> StateLayout:
+        """The layout of the trainable tensors alone (where SCAFFOLD's controls live)."""
+        return self.subset([s.name for s in self.tensors if s.trainable])
+
     def trainable_mask(self) -> torch.Tensor:
         """Boolean mask over the flat vector: True on trainable parameters."""
         mask = torch.zeros(self.dim, dtype=torch.bool)

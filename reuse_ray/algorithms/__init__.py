@@ -60,8 +60,7 @@ def build_algorithm(
         q = m.laq
         return LAQ(store, q.bits, q.history, q.xi, q.c_thr, q.weights, lr)
     if m.name == "scaffold":
-        trainable = layout.subset([t.name for t in layout.tensors if t.trainable])
-        return Scaffold(trainable, n, m.topk_ratio, m.scaffold.weighting, lr)
+        return Scaffold(layout.trainable_subset(), n, m.topk_ratio, m.scaffold.weighting, lr)
     if m.name == "fedsteer":
         from ..participation import participation_probs
 

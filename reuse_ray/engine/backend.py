@@ -115,9 +115,7 @@ class ClientWorker:
         self.int_buffers = int_buffers(self.model)
         self.head_names = head_parameter_names(self.model)
         self.head_layout = self.layout.subset(self.head_names)
-        self.trainable_layout = self.layout.subset(
-            [t.name for t in self.layout.tensors if t.trainable]
-        )
+        self.trainable_layout = self.layout.trainable_subset()
         self.trainable_mask = self.layout.trainable_mask()
 
     def _proxy(self, client: int, round_: int, w: torch.Tensor, purpose: Purpose) -> bytes:

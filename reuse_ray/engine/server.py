@@ -77,9 +77,7 @@ class ServerCore:
         self.layout = StateLayout.from_model(model)
         self.head_layout = self.layout.subset(head_parameter_names(model))
         self.w = self.layout.flatten(model)
-        self.trainable_layout = self.layout.subset(
-            [s.name for s in self.layout.tensors if s.trainable]
-        )
+        self.trainable_layout = self.layout.trainable_subset()
         self.store = store or LocalCacheStore()
         self.algo = build_algorithm(cfg, self.layout, self.store)
         self.state = self.algo.init_state(self.w)
