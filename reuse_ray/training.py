@@ -61,6 +61,14 @@ def batch_starts(n: int, batch_size: int, merge_singleton: bool) -> list[tuple[i
     return spans
 
 
+def _move(model: nn.Module, device: torch.device | str) -> None:
+    """``model.to(device)`` unless it is already there (``Module.to`` walks every tensor)."""
+    device = torch.device(device)
+    current = next(model.parameters()).device
+    if current.type != device.type or (device.index is not None and current != device):
+        model.to(device)
+
+
 def _load(
     model: nn.Module,
     layout: StateLayout,
@@ -74,7 +82,7 @@ def _load(
     with torch.no_grad():
         for name, buf in int_buffers.items():
             sd[name].copy_(buf)
-    model.to(device)
+    _move(model, device)
 
 
 def _batch(
@@ -137,14 +145,21 @@ def local_update(
             opt.zero_grad(set_to_none=True)
             with _autocast(device, amp):
                 loss = nn.functional.cross_entropy(model(x), y)
-            if anchors is not None:
-                prox = sum(((p - a) ** 2).sum() for p, a in zip(params, anchors, strict=True))
-                loss = loss + (mu / 2) * prox
             if scaler is not None:
                 scaler.scale(loss).backward()
                 scaler.unscale_(opt)
             else:
                 loss.backward()
+            lv = float(loss.detach())
+            if anchors is not None:
+                # FedProx term (μ/2)·‖w − w_t‖²: its gradient μ·(w − w_t) is added directly
+                # instead of through autograd (the same values, without a graph over every
+                # parameter); the reported loss includes the term
+                with torch.no_grad():
+                    diffs = torch._foreach_sub(params, anchors)
+                    lv += (mu / 2) * float(torch.stack(torch._foreach_norm(diffs)).square().sum())
+                    torch._foreach_mul_(diffs, mu)
+                    torch._foreach_add_([p.grad for p in params], diffs)
             if correction is not None:
                 for name, c in correction.items():
                     named[name].grad.add_(c.to(device))
@@ -153,12 +168,11 @@ def local_update(
                 scaler.update()
             else:
                 opt.step()
-            lv = float(loss.detach())
             if not math.isfinite(lv):
                 finite = False
             total_loss += lv
             steps += 1
-    model.to("cpu")
+    _move(model, "cpu")
     delta = layout.flatten(model) - w
     if not bool(torch.isfinite(delta).all()):
         finite = False
@@ -178,7 +192,7 @@ def evaluate(
     """(accuracy, mean cross-entropy) of state ``w`` on ``split``, in eval mode."""
     device = torch.device(device)
     layout.load(model, w)
-    model.to(device)
+    _move(model, device)
     model.eval()
     correct, loss_sum = 0, 0.0
     for start in range(0, len(split), batch_size):
@@ -187,7 +201,7 @@ def evaluate(
         out = model(x).float()
         loss_sum += float(nn.functional.cross_entropy(out, y, reduction="sum"))
         correct += int((out.argmax(1) == y).sum())
-    model.to("cpu")
+    _move(model, "cpu")
     n = max(len(split), 1)
     return correct / n, loss_sum / n
 
@@ -243,5 +257,5 @@ def head_proxy(
         model.zero_grad(set_to_none=True)
         for p in frozen:
             p.requires_grad_(True)
-    model.to("cpu")
+    _move(model, "cpu")
     return out
