@@ -328,3 +328,27 @@ def test_paper_preset_loads_the_frozen_values():
     t = cfg.train
     assert (t.epochs, t.batch_size, t.lr, t.momentum, t.weight_decay) == (3, 128, 0.05, 0.9, 1e-4)
     assert dataclasses.asdict(cfg.method.dg) == dataclasses.asdict(PAPER)
+
+
+def test_dg_compute_benchmark_runs_and_reports_its_ratios():
+    """benchmarks/dg_compute.py, 4 rounds on digits with the gate-off arm: every line it prints
+    is consistent with the arms' definitions (Top-K FedAvg trains every selected client and
+    saves exactly 76.88 %; DG arms train at most as many steps)."""
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    cmd = [sys.executable, "benchmarks/dg_compute.py", "--data", "digits", "--rounds", "4"]
+    out = subprocess.run(
+        [*cmd, "--gate-off"], cwd=root, capture_output=True, text=True, timeout=300, check=True
+    ).stdout
+    assert "data digits" in out and "round   4/4" in out
+    fedavg = re.search(r"Top-K FedAvg +total .* fresh fraction ([\d.]+), cum\. restricted "
+                       r"saving ([\d.]+)%", out)  # fmt: skip
+    assert fedavg and float(fedavg.group(1)) == 1.0 and fedavg.group(2) == "76.88"
+    for arm in ("DG-FedReuse", "DG gate=off"):
+        wall = float(re.search(rf"{arm} / Top-K FedAvg round wall time: ([\d.]+)", out).group(1))
+        steps = float(re.search(rf"{arm} / Top-K FedAvg client steps: +([\d.]+)", out).group(1))
+        assert 0.0 < wall and 0.3 <= steps <= 1.0  # the quota keeps ≥ 3 of 10 fresh
