@@ -45,7 +45,7 @@ METHODS = (
     "ef21",
     "laq",
 )
-PARTICIPATION = ("uniform", "bernoulli", "two_group", "groups")
+PARTICIPATION = ("uniform", "bernoulli", "two_group", "groups", "adversarial")
 DG_SCHEDULES = ("geometric", "linear", "exponential")
 DG_DISTANCES = ("clipped_cosine", "half_cosine")
 DG_DECAYS = ("power", "constant", "power_minus_one")
@@ -192,13 +192,18 @@ class FLConfig:
     rounds: int = 30  # final round T, fixed in advance; the test split is read once, at T
     eval_every: int = 5  # validation at round 1, every eval_every rounds and at T
     server_lr: float = 1.0  # eta_s of the FedAvg family (§1.7)
-    participation: str = "uniform"  # uniform m-of-N | bernoulli | two_group | groups (§1.4)
+    participation: str = "uniform"  # uniform | bernoulli | two_group | groups | adversarial (§1.4)
     two_group_a: float = 5.0  # two_group: weight 1+a on the first half of the ids
     group_probs: tuple[float, ...] = (1.0, 0.5)  # groups: p of each contiguous block of ids
+    # adversarial (MIFA): p_i = p_min + (p_max − p_min)·min_label_i/(K − 1)
+    avail_min: float = 0.1
+    avail_max: float = 1.0
 
     def __post_init__(self) -> None:
         _check_choice("participation", self.participation, PARTICIPATION)
         _check_range("two_group_a", self.two_group_a, 0.0)
+        _check_range("avail_min", self.avail_min, 0.0, 1.0, lo_open=True)
+        _check_range("avail_max", self.avail_max, self.avail_min, 1.0)
         if not self.group_probs or any(not 0.0 < p <= 1.0 for p in self.group_probs):
             raise ConfigError(
                 "group_probs", f"{list(self.group_probs)!r}; allowed: a non-empty list in (0, 1]"

@@ -6,12 +6,18 @@
   p_i = m·weight_i / Σ weight (capped at 1), then Bernoulli.
 * ``groups``: FedStale's groups — per-client probabilities from a list tiled over contiguous id
   blocks (published runs: [1.0, 0.5], half always present, half with 0.5), then Bernoulli.
+* ``adversarial``: MIFA's law — p_i = p_min + (p_max − p_min)·min_label_i/(K − 1), where
+  min_label_i is the smallest label client i holds (clients holding only high labels are more
+  available; the reference code writes K − 1 = 9 for its 10 classes), then Bernoulli. It depends
+  on the partition, so callers pass the clients' labels.
 
 The Bernoulli draws come from the ``bernoulli`` stream of (seed, round): one uniform number per
 client, so two methods with one seed see the same schedule, whatever they do with it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -38,10 +44,39 @@ def group_probs(num_clients: int, probs: tuple[float, ...]) -> np.ndarray:
     return np.array([probs[i * g // num_clients] for i in range(num_clients)], dtype=float)
 
 
-def participation_probs(cfg: RunConfig) -> np.ndarray:
-    """p_i of every client under the configured participation model."""
+def adversarial_probs(
+    client_labels: Sequence[np.ndarray], num_classes: int, p_min: float, p_max: float
+) -> np.ndarray:
+    """MIFA's adversarial availability: p_min + (p_max − p_min)·min_label_i/(K − 1).
+
+    A client without samples has no smallest label and gets p_min [CHOICE].
+    """
+    span = max(num_classes - 1, 1)
+    lows = np.array([int(np.min(y)) if len(y) else 0 for y in client_labels], dtype=float)
+    return p_min + (p_max - p_min) * lows / span
+
+
+def participation_probs(
+    cfg: RunConfig,
+    client_labels: Sequence[np.ndarray] | None = None,
+    num_classes: int | None = None,
+) -> np.ndarray:
+    """p_i of every client under the configured participation model.
+
+    ``client_labels`` (the labels of each client's partition) and ``num_classes`` are needed by
+    the ``adversarial`` model only.
+    """
     fl = cfg.fl
     n, m = fl.num_clients, fl.clients_per_round
+    if fl.participation == "adversarial":
+        if client_labels is None or num_classes is None:
+            raise ValueError(
+                "fl.participation: 'adversarial' depends on each client's labels; "
+                "pass client_labels and num_classes (the engine does)"
+            )
+        if len(client_labels) != n:
+            raise ValueError(f"client_labels: {len(client_labels)} clients; expected {n}")
+        return adversarial_probs(client_labels, num_classes, fl.avail_min, fl.avail_max)
     if fl.participation in ("uniform", "bernoulli"):
         return np.full(n, m / n)
     if fl.participation == "two_group":
@@ -58,7 +93,7 @@ def bernoulli_selection(seed: int, round_: int, probs: np.ndarray) -> list[int]:
 
 
 def select_clients(cfg: RunConfig, round_: int, probs: np.ndarray | None = None) -> list[int]:
-    """S_t under ``cfg.fl.participation``, sorted ascending."""
+    """S_t under ``cfg.fl.participation``, sorted ascending (``probs``: the p_i to use)."""
     fl = cfg.fl
     if fl.participation == "uniform":
         return uniform_selection(cfg.seed, round_, fl.num_clients, fl.clients_per_round)

@@ -541,3 +541,38 @@ def test_every_method_learns_digits(tmp_path, method):
     assert s.row["final_val_acc"] > 0.3  # chance is 0.1; 15 rounds of 4 tiny clients
     assert s.row["cum_up_measured"] > 0 and s.row["cum_down_measured"] > 0
     assert s.row["server_memory_bytes"] > 0
+
+
+def test_mifa_adversarial_availability_by_hand():
+    from reuse_ray.participation import adversarial_probs
+
+    labels = [np.array([5, 0, 5]), np.array([9]), np.array([3, 7, 3]), np.array([], dtype=int)]
+    p = adversarial_probs(labels, 10, 0.1, 1.0)  # p_min + 0.9·min_label/9; empty client: p_min
+    assert p.tolist() == pytest.approx([0.1, 1.0, 0.4, 0.1])
+    assert adversarial_probs(labels, 10, 0.2, 0.2).tolist() == [0.2] * 4
+    with pytest.raises(ConfigError, match=r"fl.avail_min"):
+        from_dict(RunConfig, {"fl": {"participation": "adversarial", "avail_min": 0.0}})
+    with pytest.raises(ConfigError, match=r"fl.avail_max"):
+        from_dict(RunConfig, {"fl": {"avail_min": 0.5, "avail_max": 0.4}})
+    cfg = from_dict(RunConfig, {"fl": {"participation": "adversarial"}})
+    with pytest.raises(ValueError, match="fl.participation: 'adversarial' depends on"):
+        participation_probs(cfg)
+
+
+def test_adversarial_schedule_follows_the_clients_lowest_labels_end_to_end(tmp_path):
+    """A FedStale run under MIFA's adversarial law: each round's participants are exactly the
+    Bernoulli draws at p_i from the partition's lowest labels, and FedStale weights by them."""
+    from reuse_ray.engine import prepare_data
+    from reuse_ray.participation import adversarial_probs
+
+    cfg = small_config(tmp_path, method__name="fedstale", method__topk_ratio=1.0,
+                       fl__participation="adversarial", fl__avail_min=0.2, fl__rounds=6,
+                       partition__alpha=0.05)  # fmt: skip
+    data, parts = prepare_data(cfg)
+    probs = adversarial_probs([data.train.y[p] for p in parts], 10, 0.2, 1.0)
+    assert len(set(probs.round(6).tolist())) > 1  # the law separates the clients here
+    assert run_fl(cfg).status == "finished"
+    ev = read_table(cfg.results_dir, "client_events")
+    got = {t: sorted(g["client_id"].tolist()) for t, g in ev.groupby("round")}
+    want = {t: s for t in range(1, 7) if (s := bernoulli_selection(cfg.seed, t, probs))}
+    assert got == want

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ..config import METHODS, RunConfig
 from ..state import StateLayout
 from .base import (
@@ -24,7 +26,10 @@ from .scaffold import Scaffold
 
 
 def build_algorithm(
-    cfg: RunConfig, layout: StateLayout, store: CacheStore | None = None
+    cfg: RunConfig,
+    layout: StateLayout,
+    store: CacheStore | None = None,
+    probs: Sequence[float] | None = None,
 ) -> Algorithm:
     """The algorithm named by ``cfg.method.name``, configured from its own block.
 
@@ -33,6 +38,10 @@ def build_algorithm(
     """
     m = cfg.method
     store = store or LocalCacheStore()
+    if probs is None and m.name in ("fedstale", "fedvarp", "fedsteer"):
+        from ..participation import participation_probs
+
+        probs = participation_probs(cfg).tolist()
     lr = cfg.fl.server_lr
     n = cfg.fl.num_clients
     if m.name == "fedavg":
@@ -45,11 +54,9 @@ def build_algorithm(
     if m.name == "dg_fedreuse":
         return DGFedReuse(m.dg, layout, cfg.seed, store, m.topk_ratio, lr)
     if m.name in ("fedstale", "fedvarp"):
-        from ..participation import participation_probs
-
         s = m.fedstale
         beta = 1.0 if m.name == "fedvarp" else s.beta
-        return FedStale(store, tuple(participation_probs(cfg).tolist()), beta,
+        return FedStale(store, tuple(probs), beta,
                         s.probs == "estimated", s.weights, m.topk_ratio, lr, m.name)  # fmt: skip
     if m.name == "mifa":
         return MIFA(store, n, m.mifa.init, m.mifa.weights, m.topk_ratio, lr)
@@ -62,10 +69,8 @@ def build_algorithm(
     if m.name == "scaffold":
         return Scaffold(layout.trainable_subset(), n, m.topk_ratio, m.scaffold.weighting, lr)
     if m.name == "fedsteer":
-        from ..participation import participation_probs
-
         f = m.fedsteer
-        return FedSteer(store, layout, cfg.seed, tuple(participation_probs(cfg).tolist()),
+        return FedSteer(store, layout, cfg.seed, tuple(probs),
                         f.core_size, f.ridge, f.warmup, f.swaps, f.beta, f.mode, lr)  # fmt: skip
     if m.name == "fedluar":
         return FedLUAR(layout, cfg.seed, m.fedluar.delta, m.fedluar.weighting, m.topk_ratio, lr)

@@ -37,6 +37,7 @@ from ..compressors import (
 from ..config import RunConfig
 from ..data.registry import ArraySplit, DatasetInfo
 from ..models import head_parameter_names, init_model
+from ..participation import participation_probs
 from ..rng import Purpose
 from ..state import StateLayout, int_buffers
 from ..training import configure_determinism, head_proxy, local_update
@@ -59,6 +60,11 @@ class RunSetup:
     def augment(self) -> str:
         a = self.cfg.train.augment
         return self.info.augment if a == "auto" else a
+
+    def participation_probs(self) -> np.ndarray:
+        """p_i of every client (§1.4), from the config and, where the law needs it, the labels."""
+        labels = [self.train.y[p] for p in self.partitions]
+        return participation_probs(self.cfg, labels, self.info.num_classes)
 
 
 @dataclass(frozen=True)

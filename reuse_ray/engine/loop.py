@@ -30,7 +30,7 @@ from ..state import StateLayout
 from ..training import configure_determinism, evaluate
 from .backend import Backend, RunSetup
 from .local import LocalBackend
-from .sampling import participation_probs, select_clients
+from .sampling import select_clients
 
 Progress = Callable[[str], None]
 OUTSIDE_S = ("oracle", "fill")  # decisions of clients that worked without being in S_t
@@ -206,8 +206,9 @@ def run_fl(
     test = None
     memory = None
     try:
-        probs = participation_probs(cfg)
-        backend.start(RunSetup(cfg, info, data.train, tuple(parts), model_name))
+        setup = RunSetup(cfg, info, data.train, tuple(parts), model_name)
+        probs = setup.participation_probs()
+        backend.start(setup)
         if resumed is not None:
             backend.restore(resumed["server"])
         for t in range(first_round, cfg.fl.rounds + 1):

@@ -79,7 +79,8 @@ class ServerCore:
         self.w = self.layout.flatten(model)
         self.trainable_layout = self.layout.trainable_subset()
         self.store = store or LocalCacheStore()
-        self.algo = build_algorithm(cfg, self.layout, self.store)
+        probs = setup.participation_probs().tolist()
+        self.algo = build_algorithm(cfg, self.layout, self.store, probs)
         self.state = self.algo.init_state(self.w)
         self.error_feedback = cfg.method.error_feedback
         # client-local states (Fed-EF e_i, SCAFFOLD c_i, LAQ ε̂_i and clock): a real client
