@@ -63,6 +63,8 @@ class RunSetup:
 
     def participation_probs(self) -> np.ndarray:
         """p_i of every client (§1.4), from the config and, where the law needs it, the labels."""
+        if self.cfg.fl.participation != "adversarial":
+            return participation_probs(self.cfg)  # the law does not read the data
         labels = [self.train.y[p] for p in self.partitions]
         return participation_probs(self.cfg, labels, self.info.num_classes)
 
