@@ -576,3 +576,9 @@ def test_adversarial_schedule_follows_the_clients_lowest_labels_end_to_end(tmp_p
     got = {t: sorted(g["client_id"].tolist()) for t, g in ev.groupby("round")}
     want = {t: s for t in range(1, 7) if (s := bernoulli_selection(cfg.seed, t, probs))}
     assert got == want
+    # the server's FedStale divides by the same known p_i
+    from reuse_ray.engine import RunSetup
+    from reuse_ray.engine.server import ServerCore
+
+    setup = RunSetup(cfg, data.info, data.train, tuple(parts), "cnn")
+    assert ServerCore(setup).algo.probs == tuple(probs.tolist())
