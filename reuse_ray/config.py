@@ -31,25 +31,7 @@ DATASETS = (
     "cifar100",
     "pathmnist",
 )
-METHODS = (
-    "fedavg",
-    "fedprox",
-    "fedadam",
-    "dg_fedreuse",
-    "fedluar",
-    "fedsteer",
-    "mifa",
-    "fedvarp",
-    "fedstale",
-    "scaffold",
-    "ef21",
-    "laq",
-)
 PARTICIPATION = ("uniform", "bernoulli", "two_group", "groups", "adversarial")
-DG_SCHEDULES = ("geometric", "linear", "exponential")
-DG_DISTANCES = ("clipped_cosine", "half_cosine")
-DG_DECAYS = ("power", "constant", "power_minus_one")
-DG_GATES = ("proxy", "off", "random")
 PARTITIONS = ("dirichlet", "iid", "shards")
 MODELS = ("auto", "cnn", "resnet18")
 AUGMENTS = ("auto", "none", "crop_flip")
@@ -96,6 +78,11 @@ def _check_range(
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(name, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+# the checks a method module's config block uses (see reuse_ray/algorithms/registry.py)
+check_range = _check_range
+check_choice = _check_choice
 
 
 # --------------------------------------------------------------------------- blocks
@@ -228,219 +215,137 @@ class FLConfig:
 
 
 @dataclass(frozen=True)
-class FedProxConfig:
-    """FedProx (ALGORITHMS.md §2.2); the seed's control uses mu = 5e-4."""
-
-    mu: float = 5e-4
-
-    def __post_init__(self) -> None:
-        _check_range("mu", self.mu, 0.0)
-
-
-@dataclass(frozen=True)
-class FedAdamConfig:
-    """FedAdam (ALGORITHMS.md §2.10); seed values eta=0.01, beta1=0.9, beta2=0.99, tau=1e-3."""
-
-    lr: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
-    v0: str = "tau_squared"  # v_0 = tau^2 (paper) or zero (Flower)
-
-    def __post_init__(self) -> None:
-        _check_range("lr", self.lr, 0.0, lo_open=True)
-        _check_range("beta1", self.beta1, 0.0, 1.0, hi_open=True)
-        _check_range("beta2", self.beta2, 0.0, 1.0, hi_open=True)
-        _check_range("tau", self.tau, 0.0, lo_open=True)
-        _check_choice("v0", self.v0, ("tau_squared", "zero"))
-
-
-@dataclass(frozen=True)
-class DGConfig:
-    """DG-FedReuse (ALGORITHMS.md §2.3); defaults are the paper's frozen values (§4.1)."""
-
-    tau0: float = 0.9116988  # τ0, threshold at round 1
-    tau_min: float = 0.8134931  # τ_min, the threshold's floor
-    gamma: float = 0.01  # γ, decay of the threshold schedule
-    schedule: str = "geometric"  # R2: max(τmin, τ0(1−γ)^(t−1)); or linear / exponential
-    max_age: int = 4  # S: a cached update of age ≥ S forces a fresh round
-    rho: float = 0.7279635  # ρ, age decay of reused updates
-    quota: float = 0.30  # q: at least ⌈q·m⌉ fresh clients per round
-    mu: float = 3.4156e-4  # proximal μ of the fresh path (R4); not FedProx's μ
-    kappa: float = 0.9  # signature EMA coefficient (R5; the paper does not report it)
-    distance: str = "clipped_cosine"  # R1: clip(1 − cos, 0, 1); or (1 − cos)/2
-    decay: str = "power"  # R6: ρ^a; or constant ρ; or ρ^(a−1)
-    gate: str = "proxy"  # proxy (the real gate) | off (age cap + quota only) | random
-    gate_prob: float = 0.2  # gate=random: firing probability
-    proxy_batches: int = 5  # at most this many proxy batches
-    proxy_batch_size: int = 64
-    proxy_mode: str = "train"  # train (the seed) or eval (§6 item 9)
-    normalize_signature: bool = False  # unit-normalise p_ref before the EMA (R5 alternative)
-
-    def __post_init__(self) -> None:
-        _check_range("tau0", self.tau0, 0.0, 1.0)
-        _check_range("tau_min", self.tau_min, 0.0, self.tau0)
-        _check_range("gamma", self.gamma, 0.0, 1.0, hi_open=True)
-        _check_choice("schedule", self.schedule, DG_SCHEDULES)
-        _check_range("max_age", self.max_age, 1)
-        _check_range("rho", self.rho, 0.0, 1.0, lo_open=True, hi_open=True)
-        _check_range("quota", self.quota, 0.0, 1.0, lo_open=True)
-        _check_range("mu", self.mu, 0.0)
-        _check_range("kappa", self.kappa, 0.0, 1.0, hi_open=True)
-        _check_choice("distance", self.distance, DG_DISTANCES)
-        _check_choice("decay", self.decay, DG_DECAYS)
-        _check_choice("gate", self.gate, DG_GATES)
-        _check_range("gate_prob", self.gate_prob, 0.0, 1.0)
-        _check_range("proxy_batches", self.proxy_batches, 1)
-        _check_range("proxy_batch_size", self.proxy_batch_size, 1)
-        _check_choice("proxy_mode", self.proxy_mode, ("train", "eval"))
-
-
-@dataclass(frozen=True)
-class FedLUARConfig:
-    """FedLUAR (ALGORITHMS.md §2.4): δ layers recycled per round, chosen ∝ 1/score."""
-
-    delta: int = 2  # δ; paper: 2 (CNN/FEMNIST), 10 (ResNet-20), 14 (WRN-28-10); must be < |L_rec|
-    weighting: str = "samples"  # samples: π_i (FedAvg family) | uniform: 1/|S_t| (reference code)
-
-    def __post_init__(self) -> None:
-        _check_range("delta", self.delta, 0)
-        _check_choice("weighting", self.weighting, ("samples", "uniform"))
-
-
-@dataclass(frozen=True)
-class FedSteerConfig:
-    """FedSteer (ALGORITHMS.md §2.5); defaults are the reference main run."""
-
-    core_size: int = 10  # K, clients whose full pseudo-gradient is cached
-    ridge: float = 0.5  # λ of the ridge projection
-    warmup: int = 5  # W, rounds of core-set search
-    swaps: int = 5  # swap passes of the greedy core-set search
-    beta: float = 1.0  # cache refresh h_i <- beta * g_i
-    mode: str = "fidelity"  # fidelity: the reference code's oracle warm-up | clean: no oracle
-
-    def __post_init__(self) -> None:
-        _check_range("core_size", self.core_size, 1)
-        _check_range("ridge", self.ridge, 0.0, lo_open=True)
-        _check_range("warmup", self.warmup, 0)
-        _check_range("swaps", self.swaps, 0)
-        _check_range("beta", self.beta, 0.0, 1.0)
-        _check_choice("mode", self.mode, ("fidelity", "clean"))
-
-
-@dataclass(frozen=True)
-class MIFAConfig:
-    """MIFA (ALGORITHMS.md §2.6): the server averages every client's last update."""
-
-    init: str = "zero"  # zero: G_i = 0 (fdu_no_wait) | wait: fill all G_i once all were seen (fdu)
-    weights: str = "uniform"  # uniform 1/N (official) | samples: α_i = n_i / Σ n
-
-    def __post_init__(self) -> None:
-        _check_choice("init", self.init, ("zero", "wait"))
-        _check_choice("weights", self.weights, ("uniform", "samples"))
-
-
-@dataclass(frozen=True)
-class FedStaleConfig:
-    """FedVARP (β = 1, §2.7) and FedStale (β ∈ [0, 1], §2.8)."""
-
-    beta: float = 0.5  # FedStale's mix; published runs 0.5 (FedVARP ignores it: β = 1)
-    probs: str = "known"  # known p_i from the participation model | estimated online (FedAU)
-    weights: str = "samples"  # α_i = n_i / Σ n | uniform 1/N
-
-    def __post_init__(self) -> None:
-        _check_range("beta", self.beta, 0.0, 1.0)
-        _check_choice("probs", self.probs, ("known", "estimated"))
-        _check_choice("weights", self.weights, ("samples", "uniform"))
-
-
-@dataclass(frozen=True)
-class ScaffoldConfig:
-    """SCAFFOLD option II (ALGORITHMS.md §2.9); the server lr is ``fl.server_lr``."""
-
-    weighting: str = "uniform"  # uniform 1/|S_t| (paper) | samples: π_i
-    # K in c_i⁺ = c_i − c + (w_t − y)/(K η_l): momentum = the plain-SGD-equivalent step count
-    # of heavy-ball SGD (K when momentum is 0) | raw = the optimizer steps taken
-    steps: str = "momentum"
-
-    def __post_init__(self) -> None:
-        _check_choice("weighting", self.weighting, ("uniform", "samples"))
-        _check_choice("steps", self.steps, ("momentum", "raw"))
-
-
-@dataclass(frozen=True)
-class EF21Config:
-    """EF21 with partial participation (ALGORITHMS.md §2.11.2); Top-K ratio from method."""
-
-    variant: str = "pp"  # pp: w += Σ_all α_j g_j (memory) | s: w += Σ_selected π_i g_i
-    init: str = "zero"  # zero: first message TopK(Δ) | dense: first message Δ, charged B0
-
-    def __post_init__(self) -> None:
-        _check_choice("variant", self.variant, ("pp", "s"))
-        _check_choice("init", self.init, ("zero", "dense"))
-
-
-@dataclass(frozen=True)
-class LAQConfig:
-    """LAQ adapted to FL rounds (ALGORITHMS.md §2.12)."""
-
-    # b, bits per coordinate (2^b levels). The official 4 makes the quantisation-error term
-    # 3(ε + ε̂) exceed the innovation of whole local-training updates, so every later
-    # participation is lazy and the replayed stale Q_i drive digits to chance; 8 does not
-    bits: int = 8
-    history: int = 10  # D, past model changes in the skip threshold
-    xi: float = 0.8  # Σ_d ξ_d; ξ_d = xi / min(D, rounds so far)
-    c_thr: float = 0.01  # replaces 1/(α²M²): pseudo-updates are lr-scaled, ≈ 1/m²
-    max_clock: int = 10  # t̄: force an upload after this many skipped participations
-    weights: str = "samples"  # α_j of the server aggregate: samples | uniform
-
-    def __post_init__(self) -> None:
-        _check_range("bits", self.bits, 1, 16)
-        _check_range("history", self.history, 1)
-        _check_range("xi", self.xi, 0.0)
-        _check_range("c_thr", self.c_thr, 0.0)
-        _check_range("max_clock", self.max_clock, 1)
-        _check_choice("weights", self.weights, ("samples", "uniform"))
-
-
-# methods whose uplink is a plain Top-K message, so Fed-EF can wrap it
-EF_METHODS = ("fedavg", "fedprox", "fedadam", "dg_fedreuse", "mifa", "fedvarp", "fedstale")
-
-
-@dataclass(frozen=True)
 class MethodConfig:
-    """The algorithm and its knobs; each method reads only its own block."""
+    """The method and the uplink knobs every method shares; its own knobs are ``params``.
 
-    name: str = "fedavg"  # one of METHODS
+    In YAML, ``params`` is the block named after the method (``method.dg`` for dg_fedreuse, see
+    each method module's ``register``). A block of another method is an error: it would change
+    nothing but the run id.
+    """
+
+    name: str = "fedavg"  # a registered method (reuse_ray/algorithms/registry.py)
     topk_ratio: float = 1.0  # r in (0, 1]: per-tensor Top-K keep ratio of the uplink; 1 = dense
     error_feedback: bool = False  # Fed-EF on the Top-K uplink (§2.11.1): e_i kept per client
-    fedprox: FedProxConfig = field(default_factory=FedProxConfig)
-    fedadam: FedAdamConfig = field(default_factory=FedAdamConfig)
-    dg: DGConfig = field(default_factory=DGConfig)
-    fedluar: FedLUARConfig = field(default_factory=FedLUARConfig)
-    fedsteer: FedSteerConfig = field(default_factory=FedSteerConfig)
-    mifa: MIFAConfig = field(default_factory=MIFAConfig)
-    fedstale: FedStaleConfig = field(default_factory=FedStaleConfig)
-    scaffold: ScaffoldConfig = field(default_factory=ScaffoldConfig)
-    ef21: EF21Config = field(default_factory=EF21Config)
-    laq: LAQConfig = field(default_factory=LAQConfig)
+    module: str | None = None  # a method outside the package: dotted module or .py path
+    params: Any = None  # the method's own config block (its registered dataclass), or None
 
     def __post_init__(self) -> None:
-        _check_choice("name", self.name, METHODS)
+        from .algorithms.registry import get_method
+
         _check_range("topk_ratio", self.topk_ratio, 0.0, 1.0, lo_open=True)
-        if self.error_feedback and self.name not in EF_METHODS:
+        if self.module is not None:
+            _load_method_module(self.module)
+        try:
+            spec = get_method(self.name)
+        except KeyError as err:
+            raise ConfigError("name", str(err.args[0])) from None
+        if spec.config is not None and not isinstance(self.params, spec.config):
+            if self.params is not None:
+                raise ConfigError(spec.block, f"expected a {spec.config.__name__} block")
+            object.__setattr__(self, "params", spec.config())
+        if spec.config is None and self.params is not None:
+            raise ConfigError("params", f"method {self.name!r} has no config block")
+        if self.error_feedback and not spec.error_feedback:
+            allowed = [n for n in _method_names() if _spec(n).error_feedback]
             raise ConfigError(
                 "error_feedback",
                 f"true is not available with method {self.name!r}; allowed with: "
-                + ", ".join(EF_METHODS),
+                + ", ".join(allowed),
             )
-        if self.name in ("laq", "fedsteer") and self.topk_ratio != 1.0:
+        if not spec.sparse_uplink and self.topk_ratio != 1.0:
             raise ConfigError(
                 "topk_ratio",
-                f"{self.topk_ratio!r} with method {self.name!r}, whose uplink is "
-                + ("quantized" if self.name == "laq" else "the dense pseudo-gradient")
-                + "; allowed: 1.0",
+                f"{self.topk_ratio!r} with method {self.name!r}, whose uplink is not a Top-K "
+                "message; allowed: 1.0",
             )
+
+    @property
+    def block(self) -> str | None:
+        """The YAML key of this method's own block (None when it has none)."""
+        return _spec(self.name).block
+
+
+def _load_method_module(ref: str) -> None:
+    from .algorithms.registry import load_module
+
+    try:
+        load_module(ref)
+    except FileNotFoundError as err:
+        raise ConfigError("module", str(err).split(": ", 1)[-1]) from None
+    except ImportError as err:
+        raise ConfigError("module", f"cannot import {ref!r}: {err}") from None
+
+
+def _spec(name: str):
+    from .algorithms.registry import get_method
+
+    return get_method(name)
+
+
+def _method_names() -> tuple[str, ...]:
+    from .algorithms.registry import method_names
+
+    return method_names()
+
+
+def method_from_dict(data: dict[str, Any], path: str = "method") -> MethodConfig:
+    """Build :class:`MethodConfig` from YAML: the shared fields and the named method's block."""
+    from .algorithms.registry import config_blocks
+
+    data = dict(data)
+    shared = {f.name for f in dataclasses.fields(MethodConfig)} - {"params"}
+    if "params" in data:
+        raise ConfigError(f"{path}.params", "not a YAML field; give the method's own block")
+    if data.get("module") is not None:
+        if not isinstance(data["module"], str):
+            raise ConfigError(f"{path}.module", f"expected a string, got {data['module']!r}")
+        try:
+            _load_method_module(data["module"])
+        except ConfigError as err:
+            raise err.prefixed(path) from None
+    name = data.get("name", "fedavg")
+    if not isinstance(name, str):
+        raise ConfigError(f"{path}.name", f"expected a string, got {name!r}")
+    try:
+        spec = _spec(name)
+    except KeyError as err:
+        raise ConfigError(f"{path}.name", str(err.args[0])) from None
+    blocks = config_blocks()
+    params = None
+    for key in list(data):
+        if key in shared:
+            continue
+        if key == spec.block:
+            block = data.pop(key)
+            if block is None:
+                block = {}
+            if not isinstance(block, dict):
+                raise ConfigError(f"{path}.{key}", f"expected a mapping of fields, got {block!r}")
+            params = from_dict(spec.config, block, f"{path}.{key}")
+        elif key in blocks:
+            raise ConfigError(
+                f"{path}.{key}",
+                f"a block of method(s) {', '.join(_block_owners(key))}, but {path}.name is "
+                f"{name!r}; remove it" + (f" (this method's block is {path}.{spec.block})"
+                                          if spec.block else ""),
+            )  # fmt: skip
+        else:
+            allowed = sorted(shared) + ([spec.block] if spec.block else [])
+            raise ConfigError(f"{path}.{key}", f"unknown field; allowed: {', '.join(allowed)}")
+    hints = _field_types(MethodConfig)
+    kwargs = {k: _coerce(f"{path}.{k}", hints[k], v) for k, v in data.items() if k in shared}
+    try:
+        return MethodConfig(**kwargs, params=params)
+    except ConfigError as err:
+        if not err.field.startswith(path + "."):
+            raise err.prefixed(path) from None
+        raise
+
+
+def _block_owners(block: str) -> list[str]:
+    from .algorithms.registry import block_owners
+
+    return block_owners(block)
 
 
 @dataclass(frozen=True)
@@ -512,6 +417,8 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
     if dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(path, f"expected a mapping of fields, got {value!r}")
+        if tp is MethodConfig:
+            return method_from_dict(value, path)
         return from_dict(tp, value, path)
     if origin is tuple:
         if not isinstance(value, list | tuple):
@@ -569,26 +476,38 @@ def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
         raise
 
 
+def _items(cfg: Any) -> list[tuple[str, Any]]:
+    """(key, value) of a config's fields as YAML writes them: a method's ``params`` appear
+    under the method's block name."""
+    out = []
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if isinstance(cfg, MethodConfig) and f.name == "params":
+            if v is not None:
+                out.append((cfg.block, v))
+            continue
+        out.append((f.name, v))
+    return out
+
+
 def to_dict(cfg: Any) -> dict[str, Any]:
     """Nested plain mapping of a config (tuples become lists), YAML-safe."""
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
+    for name, v in _items(cfg):
         if dataclasses.is_dataclass(v):
-            out[f.name] = to_dict(v)
+            out[name] = to_dict(v)
         elif isinstance(v, tuple):
-            out[f.name] = list(v)
+            out[name] = list(v)
         else:
-            out[f.name] = v
+            out[name] = v
     return out
 
 
 def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
     """Dotted-key mapping of every leaf field, in declaration order."""
     out: dict[str, Any] = {}
-    for f in dataclasses.fields(cfg):
-        v = getattr(cfg, f.name)
-        key = f"{prefix}{f.name}"
+    for name, v in _items(cfg):
+        key = f"{prefix}{name}"
         if dataclasses.is_dataclass(v):
             out.update(flatten(v, key + "."))
         elif isinstance(v, tuple):
@@ -602,9 +521,12 @@ def flat_field_types(cls: type = RunConfig, prefix: str = "") -> dict[str, Any]:
     """Dotted key -> Python type for every leaf of a config class (for the Parquet schema)."""
     out: dict[str, Any] = {}
     hints = _field_types(cls)
-    for f in dataclasses.fields(cls):  # type: ignore[arg-type]
-        tp = hints[f.name]
-        key = f"{prefix}{f.name}"
+    if cls is MethodConfig:  # the shared fields, then every registered method's block
+        from .algorithms.registry import config_blocks
+
+        hints = {k: v for k, v in hints.items() if k != "params"} | config_blocks()
+    for name, tp in hints.items():
+        key = f"{prefix}{name}"
         if dataclasses.is_dataclass(tp):
             out.update(flat_field_types(tp, key + "."))
         else:

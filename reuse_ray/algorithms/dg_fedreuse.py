@@ -7,8 +7,9 @@ compares a head-gradient proxy with the client's signature (R1) against a decayi
 
 The math is in module-level functions; :class:`DGFedReuse` strings them together over an
 explicit :class:`DGState`. Cached updates are stored packed (the field model's own bytes, never
-a dense-shaped copy) in an injected :class:`CacheStore`: a dict in process, the Ray object store
-on the Ray engine.
+a dense-shaped copy) in a :class:`~reuse_ray.algorithms.table.ClientTable`, which the Ray
+engine backs with the object store. The module also holds the client side (gate and refresh
+proxies, the Top-K uplink) and the wire decoding.
 
 Controls that isolate the gate (§6 item 10): ``gate="off"`` (age cap, quota and first-visit rule
 only; promotion order drawn at random from the keyed ``gate_random`` stream) and
@@ -20,23 +21,82 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
-from typing import Any, Protocol
 
 import torch
 
-from ..codecs import PackedUpdate, SparseUpdate, pack, unpack
-from ..config import DGConfig
+from ..codecs import KIND_PROXY, SparseUpdate, pack, unpack
+from ..config import check_choice, check_range
 from ..rng import Purpose, generator
-from ..state import StateLayout
-from .base import (
+from .api import (
+    FRESH,
+    REUSED,
+    ClientResult,
     ClientTask,
-    FreshUpdate,
-    ProbeTask,
+    MethodEnv,
+    Received,
     RoundPlan,
     StepResult,
     sample_weights,
     weighted_sum,
 )
+from .registry import register
+from .table import ClientTable
+from .uplink import (
+    ErrorFeedback,
+    TopK,
+    compressor_for,
+    decode_dense,
+    decode_update,
+    encode_dense,
+    train_and_send,
+)
+
+DG_SCHEDULES = ("geometric", "linear", "exponential")
+DG_DISTANCES = ("clipped_cosine", "half_cosine")
+DG_DECAYS = ("power", "constant", "power_minus_one")
+DG_GATES = ("proxy", "off", "random")
+
+
+@dataclass(frozen=True)
+class DGConfig:
+    """DG-FedReuse (ALGORITHMS.md §2.3); defaults are the paper's frozen values (§4.1)."""
+
+    tau0: float = 0.9116988  # τ0, threshold at round 1
+    tau_min: float = 0.8134931  # τ_min, the threshold's floor
+    gamma: float = 0.01  # γ, decay of the threshold schedule
+    schedule: str = "geometric"  # R2: max(τmin, τ0(1−γ)^(t−1)); or linear / exponential
+    max_age: int = 4  # S: a cached update of age ≥ S forces a fresh round
+    rho: float = 0.7279635  # ρ, age decay of reused updates
+    quota: float = 0.30  # q: at least ⌈q·m⌉ fresh clients per round
+    mu: float = 3.4156e-4  # proximal μ of the fresh path (R4); not FedProx's μ
+    kappa: float = 0.9  # signature EMA coefficient (R5; the paper does not report it)
+    distance: str = "clipped_cosine"  # R1: clip(1 − cos, 0, 1); or (1 − cos)/2
+    decay: str = "power"  # R6: ρ^a; or constant ρ; or ρ^(a−1)
+    gate: str = "proxy"  # proxy (the real gate) | off (age cap + quota only) | random
+    gate_prob: float = 0.2  # gate=random: firing probability
+    proxy_batches: int = 5  # at most this many proxy batches
+    proxy_batch_size: int = 64
+    proxy_mode: str = "train"  # train (the seed) or eval (§6 item 9)
+    normalize_signature: bool = False  # unit-normalise p_ref before the EMA (R5 alternative)
+
+    def __post_init__(self) -> None:
+        check_range("tau0", self.tau0, 0.0, 1.0)
+        check_range("tau_min", self.tau_min, 0.0, self.tau0)
+        check_range("gamma", self.gamma, 0.0, 1.0, hi_open=True)
+        check_choice("schedule", self.schedule, DG_SCHEDULES)
+        check_range("max_age", self.max_age, 1)
+        check_range("rho", self.rho, 0.0, 1.0, lo_open=True, hi_open=True)
+        check_range("quota", self.quota, 0.0, 1.0, lo_open=True)
+        check_range("mu", self.mu, 0.0)
+        check_range("kappa", self.kappa, 0.0, 1.0, hi_open=True)
+        check_choice("distance", self.distance, DG_DISTANCES)
+        check_choice("decay", self.decay, DG_DECAYS)
+        check_choice("gate", self.gate, DG_GATES)
+        check_range("gate_prob", self.gate_prob, 0.0, 1.0)
+        check_range("proxy_batches", self.proxy_batches, 1)
+        check_range("proxy_batch_size", self.proxy_batch_size, 1)
+        check_choice("proxy_mode", self.proxy_mode, ("train", "eval"))
+
 
 # --------------------------------------------------------------------------- pure math
 
@@ -139,38 +199,14 @@ def scaled(update: SparseUpdate, factor: float) -> SparseUpdate:
     return SparseUpdate(update.dim, update.indices, update.values * factor)
 
 
-# --------------------------------------------------------------------------- cache store
-
-
-class CacheStore(Protocol):
-    """Where packed cached updates live: a dict in process or the Ray object store."""
-
-    def put(self, packed: PackedUpdate) -> Any: ...
-
-    def get(self, handle: Any) -> PackedUpdate: ...
-
-
-class LocalCacheStore:
-    """In-process store: the handle is the packed update itself."""
-
-    def put(self, packed: PackedUpdate) -> PackedUpdate:
-        return packed
-
-    def get(self, handle: PackedUpdate) -> PackedUpdate:
-        return handle
-
-
-@dataclass(frozen=True)
-class CacheEntry:
-    handle: Any  # store handle of the packed Δ̂ (the object itself, or a Ray ObjectRef)
-    nbytes: int  # bytes held: exactly the field model's size of Δ̂
+# --------------------------------------------------------------------------- the method
 
 
 @dataclass(frozen=True)
 class DGState:
     """Per-client server state of §2.3.2 (never mutated; each round returns a new one)."""
 
-    cache: dict[int, CacheEntry]
+    cache: ClientTable  # Δ̂[i], packed: exactly the field model's bytes (§2.3.2)
     last_fresh: dict[int, int]  # r[i]: round of the last fresh event
     signature: dict[int, torch.Tensor]  # h[i]: head-gradient signature
 
@@ -179,7 +215,17 @@ class DGState:
         return None if r is None else t - r
 
 
-# --------------------------------------------------------------------------- the method
+@dataclass(frozen=True)
+class GateProbe:
+    """Pre-decision work: HeadProxy(i, w_t, proxy_gate) for the gate (§2.3.4)."""
+
+
+@dataclass(frozen=True)
+class FreshWork:
+    """A fresh round: local training with the proximal μ, and the refresh proxy if asked."""
+
+    mu: float
+    refresh_proxy: bool
 
 
 @dataclass(frozen=True)
@@ -187,32 +233,33 @@ class DGFedReuse:
     """DG-FedReuse with the gate, its controls and every reconstruction of §2.3.3."""
 
     cfg: DGConfig
-    layout: StateLayout
-    seed: int
-    store: CacheStore
-    topk_ratio: float = 0.2
-    server_lr: float = 1.0
+    env: MethodEnv
+    compressor: TopK | ErrorFeedback
     name: str = "dg_fedreuse"
 
+    @property
+    def layout(self):
+        return self.env.layout
+
     def init_state(self, w0: torch.Tensor) -> DGState:
-        return DGState({}, {}, {})
+        return DGState(ClientTable.empty(), {}, {})
 
     def tau(self, t: int) -> float:
         c = self.cfg
         return tau_schedule(t, c.tau0, c.tau_min, c.gamma, c.schedule)
 
-    def probes(self, state: DGState, t: int, selected: list[int]) -> tuple[ProbeTask, ...]:
+    def probes(self, state: DGState, t: int, selected: list[int]) -> tuple[ClientTask, ...]:
         """Gate proxies for cacheful clients whose decision is still open (age < S)."""
         if self.cfg.gate != "proxy":
             return ()
         return tuple(
-            ProbeTask(i, t)
+            ClientTask(i, t, GateProbe())
             for i in selected
             if i in state.cache and (state.age(i, t) or 0) < self.cfg.max_age
         )
 
     def _random_draws(self, t: int, i: int) -> tuple[float, float]:
-        u = generator(self.seed, Purpose.GATE_RANDOM, t, i).random(2)
+        u = generator(self.env.seed, Purpose.GATE_RANDOM, t, i).random(2)
         return float(u[0]), float(u[1])
 
     def plan(
@@ -220,7 +267,7 @@ class DGFedReuse:
         state: DGState,
         t: int,
         selected: list[int],
-        probes: dict[int, torch.Tensor] | None = None,
+        probes: dict[int, Received] | None = None,
     ) -> RoundPlan:
         c, probes = self.cfg, probes or {}
         tau = self.tau(t)
@@ -233,7 +280,7 @@ class DGFedReuse:
                 if i not in state.cache:
                     scores[i] = 1.0  # cacheless ⇒ D = 1 (fresh)
                 elif i in probes:
-                    scores[i] = gate_distance(probes[i], state.signature[i], c.distance)
+                    scores[i] = gate_distance(probes[i].value, state.signature[i], c.distance)
                 else:
                     scores[i] = None  # age ≥ S: forced fresh, no proxy computed
             order = {i: (s if s is not None else 1.0) for i, s in scores.items()}
@@ -248,17 +295,41 @@ class DGFedReuse:
         need = quota_count(c.quota, len(selected)) - len(active)
         promoted = promote(selected, active, order, need)
         fresh = set(active) | set(promoted)
-        decisions = {i: ("fresh" if i in fresh else "reused") for i in selected}
-        gate = {
+        decisions = {i: (FRESH if i in fresh else REUSED) for i in selected}
+        columns = {
             i: {"gate_score": scores[i], "tau": tau, "age": ages[i], "promoted": i in promoted}
             for i in selected
         }
-        tasks = tuple(
-            ClientTask(i, t, self.topk_ratio, c.mu, refresh_proxy=c.gate == "proxy")
-            for i in selected
-            if i in fresh
-        )
-        return RoundPlan(tasks, decisions, gate)
+        work = FreshWork(c.mu, refresh_proxy=c.gate == "proxy")
+        tasks = tuple(ClientTask(i, t, work) for i in selected if i in fresh)
+        return RoundPlan(tasks, decisions, columns)
+
+    # ----------------------------------------------------------------------- client side
+
+    def _proxy(self, ctx, task: ClientTask, w: torch.Tensor, purpose: Purpose) -> bytes:
+        c = self.cfg
+        p = ctx.head_proxy(task, w, purpose, batches=c.proxy_batches,
+                           batch_size=c.proxy_batch_size, mode=c.proxy_mode)  # fmt: skip
+        return encode_dense(p, self.env.head_layout, KIND_PROXY, task)
+
+    def client_work(self, ctx, task: ClientTask, w: torch.Tensor):
+        if isinstance(task.work, GateProbe):
+            return ClientResult((self._proxy(ctx, task, w, Purpose.PROXY_GATE),))
+        res = train_and_send(ctx, task, w, self.layout, self.compressor, mu=task.work.mu)
+        if task.work.refresh_proxy:
+            proxy = self._proxy(ctx, task, w, Purpose.PROXY_REFRESH)
+            res = replace(res, messages=(*res.messages, proxy))
+        return res
+
+    def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
+        """Probe: (proxy, 0 restricted bytes); fresh: ((Δ̂, refresh proxy or None), bytes)."""
+        if isinstance(task.work, GateProbe):
+            return decode_dense(messages[0], self.env.head_layout), 0
+        update, nbytes = decode_update(messages[0], self.layout)
+        proxy = decode_dense(messages[1], self.env.head_layout) if len(messages) > 1 else None
+        return (update, proxy), nbytes
+
+    # ----------------------------------------------------------------------- server step
 
     def server_step(
         self,
@@ -266,53 +337,54 @@ class DGFedReuse:
         t: int,
         w: torch.Tensor,
         plan: RoundPlan,
-        fresh: dict[int, FreshUpdate],
+        uploads: dict[int, Received],
         num_samples: dict[int, int],
     ) -> StepResult:
         c = self.cfg
-        cache, last, sig = dict(state.cache), dict(state.last_fresh), dict(state.signature)
+        last, sig = dict(state.last_fresh), dict(state.signature)
+        new_cache = {}
         selected = sorted(plan.decisions)
         contributions: dict[int, SparseUpdate] = {}
         for i in selected:
-            if plan.decisions[i] == "fresh":
-                upd = fresh[i].update
-                packed = pack(upd, self.layout)
-                cache[i] = CacheEntry(self.store.put(packed), packed.nbytes)
+            if plan.decisions[i] == FRESH:
+                upd, proxy = uploads[i].value
+                new_cache[i] = pack(upd, self.layout)
                 last[i] = t
-                if fresh[i].proxy is not None:
-                    sig[i] = update_signature(
-                        sig.get(i), fresh[i].proxy, c.kappa, c.normalize_signature
-                    )
+                if proxy is not None:
+                    sig[i] = update_signature(sig.get(i), proxy, c.kappa, c.normalize_signature)
                 contributions[i] = upd
             else:
                 a = t - state.last_fresh[i]
-                cached = unpack(self.store.get(state.cache[i].handle), self.layout)
+                cached = unpack(state.cache[i], self.layout)
                 contributions[i] = scaled(cached, decay_factor(c.rho, a, c.decay))
+        cache = state.cache.updated(new_cache)
         weights = sample_weights(selected, num_samples)
         if not selected:
             return StepResult(DGState(cache, last, sig), w.clone(), {}, {})
         avg = weighted_sum([(weights[i], contributions[i]) for i in selected], w.numel())
         norms = {i: float(contributions[i].values.norm()) for i in selected}
-        return StepResult(DGState(cache, last, sig), w + self.server_lr * avg, weights, norms)
-
-    def export_state(self, state: DGState) -> DGState:
-        """The state with every cached update fetched from the store (picklable anywhere)."""
-        cache = {i: CacheEntry(self.store.get(e.handle), e.nbytes) for i, e in state.cache.items()}
-        return DGState(cache, dict(state.last_fresh), dict(state.signature))
-
-    def import_state(self, state: DGState) -> DGState:
-        """Inverse of :meth:`export_state`: cached updates go back into this store."""
-        cache = {i: CacheEntry(self.store.put(e.handle), e.nbytes) for i, e in state.cache.items()}
-        return DGState(cache, dict(state.last_fresh), dict(state.signature))
+        w_next = w + self.env.server_lr * avg
+        return StepResult(DGState(cache, last, sig), w_next, weights, norms)
 
     def cache_bytes(self, state: DGState) -> int:
         """Bytes held by the cached sparse updates (the field model's size, exactly)."""
-        return sum(e.nbytes for e in state.cache.values())
+        return state.cache.nbytes()
 
     def memory_bytes(self, state: DGState) -> int:
         """Cache plus signatures (4 bytes per head value per client)."""
         return self.cache_bytes(state) + sum(4 * h.numel() for h in state.signature.values())
 
 
-def with_store(algo: DGFedReuse, store: CacheStore) -> DGFedReuse:
-    return replace(algo, store=store)
+def space(trial):
+    tau0 = trial.suggest_float("method.dg.tau0", 0.05, 0.99)
+    trial.suggest_float("method.dg.tau_min", 0.01, tau0)  # constrained: τ_min ≤ τ0
+    trial.suggest_float("method.dg.rho", 0.05, 0.99)
+    trial.suggest_int("method.dg.max_age", 2, 8)
+    trial.suggest_float("method.dg.quota", 0.1, 1.0)
+    trial.suggest_float("method.topk_ratio", 0.01, 1.0, log=True)
+    return None
+
+
+@register("dg_fedreuse", config=DGConfig, block="dg", space=space, error_feedback=True)
+def build(params: DGConfig, env: MethodEnv) -> DGFedReuse:
+    return DGFedReuse(params, env, compressor_for(env))

@@ -16,7 +16,39 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import ClientTask, FreshUpdate, RoundPlan, StepResult, sample_weights, weighted_sum
+from ..config import check_choice, check_range
+from .api import (
+    FRESH,
+    ClientTask,
+    MethodEnv,
+    Received,
+    RoundPlan,
+    StepResult,
+    norms,
+    sample_weights,
+    weighted_sum,
+)
+from .fedavg import Train
+from .registry import register
+from .uplink import ErrorFeedback, TopK, compressor_for, decode_update, train_and_send
+
+
+@dataclass(frozen=True)
+class FedAdamConfig:
+    """FedAdam (ALGORITHMS.md §2.10); seed values eta=0.01, beta1=0.9, beta2=0.99, tau=1e-3."""
+
+    lr: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+    v0: str = "tau_squared"  # v_0 = tau^2 (paper) or zero (Flower)
+
+    def __post_init__(self) -> None:
+        check_range("lr", self.lr, 0.0, lo_open=True)
+        check_range("beta1", self.beta1, 0.0, 1.0, hi_open=True)
+        check_range("beta2", self.beta2, 0.0, 1.0, hi_open=True)
+        check_range("tau", self.tau, 0.0, lo_open=True)
+        check_choice("v0", self.v0, ("tau_squared", "zero"))
 
 
 @dataclass(frozen=True)
@@ -54,10 +86,11 @@ def fedadam_step(
 
 @dataclass(frozen=True)
 class FedAdam:
-    """FedAdam with an optional matched Top-K uplink."""
+    """FedAdam with an optional matched Top-K uplink (± Fed-EF)."""
 
+    env: MethodEnv
+    compressor: TopK | ErrorFeedback
     trainable_mask: torch.Tensor
-    topk_ratio: float = 1.0
     lr: float = 0.01
     beta1: float = 0.9
     beta2: float = 0.99
@@ -72,8 +105,14 @@ class FedAdam:
         return ()
 
     def plan(self, state: FedAdamState, t: int, selected: list[int], probes=None) -> RoundPlan:
-        tasks = tuple(ClientTask(i, t, self.topk_ratio, 0.0) for i in selected)
-        return RoundPlan(tasks, {i: "fresh" for i in selected})
+        tasks = tuple(ClientTask(i, t, Train()) for i in selected)
+        return RoundPlan(tasks, {i: FRESH for i in selected})
+
+    def client_work(self, ctx, task: ClientTask, w: torch.Tensor):
+        return train_and_send(ctx, task, w, self.env.layout, self.compressor)
+
+    def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
+        return decode_update(messages[0], self.env.layout)
 
     def server_step(
         self,
@@ -81,19 +120,34 @@ class FedAdam:
         t: int,
         w: torch.Tensor,
         plan: RoundPlan,
-        fresh: dict[int, FreshUpdate],
+        uploads: dict[int, Received],
         num_samples: dict[int, int],
     ) -> StepResult:
-        clients = sorted(fresh)
+        clients = sorted(uploads)
         if not clients:
             return StepResult(state, w.clone(), {}, {})
-        weights = sample_weights(clients, {i: fresh[i].num_samples for i in clients})
-        avg = weighted_sum([(weights[i], fresh[i].update) for i in clients], w.numel())
+        updates = {i: uploads[i].value for i in clients}
+        weights = sample_weights(clients, num_samples)
+        avg = weighted_sum([(weights[i], updates[i]) for i in clients], w.numel())
         w_next, new_state = fedadam_step(
             w, avg, self.trainable_mask, state, self.lr, self.beta1, self.beta2, self.tau
         )
-        norms = {i: float(fresh[i].update.values.norm()) for i in clients}
-        return StepResult(new_state, w_next, weights, norms)
+        return StepResult(new_state, w_next, weights, norms(updates))
 
     def memory_bytes(self, state: FedAdamState) -> int:
         return state.m.numel() * 4 + state.v.numel() * 4
+
+
+def space(trial):
+    trial.suggest_float("method.fedadam.lr", 1e-4, 1.0, log=True)
+    trial.suggest_float("method.fedadam.beta2", 0.9, 0.999)
+    trial.suggest_float("method.fedadam.tau", 1e-5, 1e-1, log=True)
+    trial.suggest_categorical("method.fedadam.v0", ["tau_squared", "zero"])
+    return None
+
+
+@register("fedadam", config=FedAdamConfig, space=space, error_feedback=True)
+def build(params: FedAdamConfig, env: MethodEnv) -> FedAdam:
+    p = params
+    return FedAdam(env, compressor_for(env), env.layout.trainable_mask(), p.lr, p.beta1, p.beta2,
+                   p.tau, p.v0)  # fmt: skip

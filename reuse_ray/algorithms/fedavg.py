@@ -1,8 +1,8 @@
 """FedAvg, FedAvg + Top-K and FedProx (ALGORITHMS.md §2.1, §2.2, §1.7).
 
 Every selected client trains afresh (FedProx adds the proximal term μ to the local objective) and
-sends ``TopK_r(Δ_i)`` (r = 1: the dense Δ_i). Server: ``w_{t+1} = w_t + η_s Σ π_i u_i``;
-an empty round leaves ``w`` unchanged.
+sends ``TopK_r(Δ_i)`` (r = 1: the dense Δ_i; Fed-EF may wrap it). Server:
+``w_{t+1} = w_t + η_s Σ π_i u_i``; an empty round leaves ``w`` unchanged.
 """
 
 from __future__ import annotations
@@ -11,52 +11,99 @@ from dataclasses import dataclass
 
 import torch
 
-from .base import ClientTask, FreshUpdate, RoundPlan, StepResult, sample_weights, weighted_sum
+from ..config import check_range
+from .api import (
+    FRESH,
+    ClientTask,
+    MethodEnv,
+    Received,
+    RoundPlan,
+    StepResult,
+    fedavg_aggregate,
+    norms,
+    sample_weights,
+)
+from .registry import register
+from .uplink import ErrorFeedback, TopK, compressor_for, decode_update, train_and_send
 
 
-def fedavg_aggregate(
-    w: torch.Tensor, fresh: dict[int, FreshUpdate], server_lr: float
-) -> tuple[torch.Tensor, dict[int, float]]:
-    """w + η_s Σ π_i u_i over the fresh clients, in ascending client order (§1.7)."""
-    clients = sorted(fresh)
-    if not clients:
-        return w.clone(), {}
-    weights = sample_weights(clients, {i: fresh[i].num_samples for i in clients})
-    avg = weighted_sum([(weights[i], fresh[i].update) for i in clients], w.numel())
-    return w + server_lr * avg, weights
+@dataclass(frozen=True)
+class FedProxConfig:
+    """FedProx (ALGORITHMS.md §2.2); the seed's control uses mu = 5e-4."""
+
+    mu: float = 5e-4
+
+    def __post_init__(self) -> None:
+        check_range("mu", self.mu, 0.0)
+
+
+@dataclass(frozen=True)
+class Train:
+    """A fresh-training task: the proximal μ of the local objective."""
+
+    mu: float = 0.0
 
 
 @dataclass(frozen=True)
 class FedAvg:
     """FedAvg (μ = 0) or FedProx (μ > 0), each with an optional matched Top-K uplink."""
 
-    topk_ratio: float = 1.0
+    env: MethodEnv
+    compressor: TopK | ErrorFeedback
     mu: float = 0.0
-    server_lr: float = 1.0
     name: str = "fedavg"
 
     def init_state(self, w0: torch.Tensor) -> None:
         return None
 
-    def probes(self, state: None, t: int, selected: list[int]) -> tuple:
+    def probes(self, state, t: int, selected: list[int]) -> tuple:
         return ()
 
-    def plan(self, state: None, t: int, selected: list[int], probes=None) -> RoundPlan:
-        tasks = tuple(ClientTask(i, t, self.topk_ratio, self.mu) for i in selected)
-        return RoundPlan(tasks, {i: "fresh" for i in selected})
+    def plan(self, state, t: int, selected: list[int], probes=None) -> RoundPlan:
+        tasks = tuple(ClientTask(i, t, Train(self.mu)) for i in selected)
+        return RoundPlan(tasks, {i: FRESH for i in selected})
+
+    def client_work(self, ctx, task: ClientTask, w: torch.Tensor):
+        return train_and_send(ctx, task, w, self.env.layout, self.compressor, mu=task.work.mu)
+
+    def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
+        return decode_update(messages[0], self.env.layout)
 
     def server_step(
         self,
-        state: None,
+        state,
         t: int,
         w: torch.Tensor,
         plan: RoundPlan,
-        fresh: dict[int, FreshUpdate],
+        uploads: dict[int, Received],
         num_samples: dict[int, int],
     ) -> StepResult:
-        w_next, weights = fedavg_aggregate(w, fresh, self.server_lr)
-        norms = {i: float(fresh[i].update.values.norm()) for i in fresh}
-        return StepResult(None, w_next, weights, norms)
+        updates = {i: u.value for i, u in uploads.items()}
+        weights = sample_weights(sorted(updates), num_samples)
+        w_next = fedavg_aggregate(w, updates, weights, self.env.server_lr)
+        return StepResult(None, w_next, weights, norms(updates))
 
-    def memory_bytes(self, state: None) -> int:
+    def memory_bytes(self, state) -> int:
         return 0
+
+
+def fedavg_space(trial):
+    trial.suggest_float("fl.server_lr", 0.3, 1.5)
+    trial.suggest_float("method.topk_ratio", 0.01, 1.0, log=True)
+    return None
+
+
+def fedprox_space(trial):
+    trial.suggest_float("method.fedprox.mu", 1e-5, 1.0, log=True)
+    trial.suggest_float("method.topk_ratio", 0.01, 1.0, log=True)
+    return None
+
+
+@register("fedavg", space=fedavg_space, error_feedback=True)
+def build_fedavg(params: None, env: MethodEnv) -> FedAvg:
+    return FedAvg(env, compressor_for(env), 0.0, "fedavg")
+
+
+@register("fedprox", config=FedProxConfig, space=fedprox_space, error_feedback=True)
+def build_fedprox(params: FedProxConfig, env: MethodEnv) -> FedAvg:
+    return FedAvg(env, compressor_for(env), params.mu, "fedprox")

@@ -18,9 +18,22 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ..config import check_choice, check_range
 from ..rng import Purpose, generator
 from ..state import StateLayout
-from .base import ClientTask, FreshUpdate, RoundPlan, StepResult, sample_weights, weighted_sum
+from .api import (
+    FRESH,
+    ClientTask,
+    MethodEnv,
+    Received,
+    RoundPlan,
+    StepResult,
+    client_weights,
+    norms,
+    weighted_sum,
+)
+from .registry import register
+from .uplink import TopK, decode_update, train_and_send
 
 SCORE_EPS = 1e-6
 MIN_SCORE = 1e-12
@@ -69,6 +82,18 @@ def recycle_probabilities(scores: dict[int, float], delta: int) -> dict[frozense
 
 
 @dataclass(frozen=True)
+class FedLUARConfig:
+    """FedLUAR (ALGORITHMS.md §2.4): δ layers recycled per round, chosen ∝ 1/score."""
+
+    delta: int = 2  # δ; paper: 2 (CNN/FEMNIST), 10 (ResNet-20), 14 (WRN-28-10); must be < |L_rec|
+    weighting: str = "samples"  # samples: π_i (FedAvg family) | uniform: 1/|S_t| (reference code)
+
+    def __post_init__(self) -> None:
+        check_range("delta", self.delta, 0)
+        check_choice("weighting", self.weighting, ("samples", "uniform"))
+
+
+@dataclass(frozen=True)
 class LUARState:
     updates: dict[int, torch.Tensor]  # U[l]: last fresh aggregated update of candidate layer l
     scores: dict[int, float]  # s[l]
@@ -76,14 +101,23 @@ class LUARState:
 
 
 @dataclass(frozen=True)
+class LuarWork:
+    """Train every layer, upload all but the recycled ones (tensor ids)."""
+
+    skip: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class FedLUAR:
-    layout: StateLayout
-    seed: int
+    env: MethodEnv
+    compressor: TopK
     delta: int = 2
     weighting: str = "samples"
-    topk_ratio: float = 1.0
-    server_lr: float = 1.0
     name: str = "fedluar"
+
+    @property
+    def layout(self) -> StateLayout:
+        return self.env.layout
 
     def __post_init__(self) -> None:
         n = len(candidate_layers(self.layout))
@@ -100,24 +134,27 @@ class FedLUAR:
         return ()
 
     def plan(self, state: LUARState, t: int, selected: list[int], probes=None) -> RoundPlan:
-        tasks = tuple(ClientTask(i, t, self.topk_ratio, skip_tensors=state.recycle)
-                      for i in selected)  # fmt: skip
+        tasks = tuple(ClientTask(i, t, LuarWork(state.recycle)) for i in selected)
         # the R_t broadcast: a 2-byte count and one 2-byte id per recycled layer
-        return RoundPlan(tasks, {i: "fresh" for i in selected},
+        return RoundPlan(tasks, {i: FRESH for i in selected},
                          down_extra=2 + 2 * len(state.recycle))  # fmt: skip
 
-    def server_step(self, state: LUARState, t, w, plan, fresh: dict[int, FreshUpdate],
+    def client_work(self, ctx, task: ClientTask, w: torch.Tensor):
+        return train_and_send(ctx, task, w, self.layout, self.compressor, skip=task.work.skip)
+
+    def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
+        return decode_update(messages[0], self.layout)
+
+    def server_step(self, state: LUARState, t, w, plan, uploads: dict[int, Received],
                     num_samples) -> StepResult:  # fmt: skip
-        clients = sorted(fresh)
-        rng = generator(self.seed, Purpose.LUAR_LAYERS, t + 1)
+        clients = sorted(uploads)
+        rng = generator(self.env.seed, Purpose.LUAR_LAYERS, t + 1)
         if not clients:
             nxt = draw_recycle_set(state.scores, self.delta, rng)
             return StepResult(LUARState(state.updates, state.scores, nxt), w.clone(), {}, {})
-        if self.weighting == "uniform":
-            weights = {i: 1.0 / len(clients) for i in clients}
-        else:
-            weights = sample_weights(clients, {i: fresh[i].num_samples for i in clients})
-        agg = weighted_sum([(weights[i], fresh[i].update) for i in clients], w.numel())
+        fresh = {i: uploads[i].value for i in clients}
+        weights = client_weights(clients, num_samples, self.weighting)
+        agg = weighted_sum([(weights[i], fresh[i]) for i in clients], w.numel())
         updates, scores = dict(state.updates), dict(state.scores)
         step = agg.clone()
         for j in candidate_layers(self.layout):
@@ -129,9 +166,21 @@ class FedLUAR:
                 updates[j] = agg[sl].clone()
                 scores[j] = layer_score(agg[sl], w[sl])
         nxt = draw_recycle_set(scores, self.delta, rng)
-        norms = {i: float(fresh[i].update.values.norm()) for i in clients}
-        return StepResult(LUARState(updates, scores, nxt), w + self.server_lr * step, weights,
-                          norms)  # fmt: skip
+        return StepResult(LUARState(updates, scores, nxt), w + self.env.server_lr * step, weights,
+                          norms(fresh))  # fmt: skip
 
     def memory_bytes(self, state: LUARState) -> int:
         return sum(4 * u.numel() for u in state.updates.values()) + 8 * len(state.scores)
+
+
+def space(trial):
+    """δ must stay below the model's candidate layers (trainable tensors of rank >= 2): 4 for
+    the shallow CNN, 21 for ResNet-18 — widen the upper bound for larger models."""
+    trial.suggest_int("method.fedluar.delta", 0, 3)
+    trial.suggest_float("method.topk_ratio", 0.01, 1.0, log=True)
+    return None
+
+
+@register("fedluar", config=FedLUARConfig, space=space)
+def build(params: FedLUARConfig, env: MethodEnv) -> FedLUAR:
+    return FedLUAR(env, TopK(env.topk_ratio), params.delta, params.weighting)

@@ -26,15 +26,19 @@ An empty A_t steps by the estimates Σ d_i ĝ_i alone.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
+from ..config import check_choice, check_range
 from ..rng import Purpose, generator
 from ..state import StateLayout
-from .base import ClientTask, FreshUpdate, RoundPlan, StepResult
+from .api import FRESH, ORACLE, ClientTask, MethodEnv, Received, RoundPlan, StepResult
+from .fedavg import Train
+from .registry import register
+from .table import ClientTable
+from .uplink import TopK, decode_update, train_and_send
 
 NORM_EPS = 1e-8
 
@@ -137,29 +141,45 @@ def coreset_search(
 
 
 @dataclass(frozen=True)
+class FedSteerConfig:
+    """FedSteer (ALGORITHMS.md §2.5); defaults are the reference main run."""
+
+    core_size: int = 10  # K, clients whose full pseudo-gradient is cached
+    ridge: float = 0.5  # λ of the ridge projection
+    warmup: int = 5  # W, rounds of core-set search
+    swaps: int = 5  # swap passes of the greedy core-set search
+    beta: float = 1.0  # cache refresh h_i <- beta * g_i
+    mode: str = "fidelity"  # fidelity: the reference code's oracle warm-up | clean: no oracle
+
+    def __post_init__(self) -> None:
+        check_range("core_size", self.core_size, 1)
+        check_range("ridge", self.ridge, 0.0, lo_open=True)
+        check_range("warmup", self.warmup, 0)
+        check_range("swaps", self.swaps, 0)
+        check_range("beta", self.beta, 0.0, 1.0)
+        check_choice("mode", self.mode, ("fidelity", "clean"))
+
+
+@dataclass(frozen=True)
 class SteerState:
-    cache: dict[int, Any]  # h_j as store handles
+    cache: ClientTable  # h_j
     coords: torch.Tensor  # s: (N, K)
     core: tuple[int, ...]  # X (empty before the first warm-up search)
 
 
 @dataclass(frozen=True)
 class FedSteer:
-    store: Any
-    layout: StateLayout
-    seed: int
-    probs: tuple[float, ...]
+    env: MethodEnv
     core_size: int = 10
     ridge: float = 0.5
     warmup: int = 5
     swaps: int = 5
     beta: float = 1.0
     mode: str = "fidelity"
-    server_lr: float = 1.0
     name: str = "fedsteer"
 
     def __post_init__(self) -> None:
-        n = len(self.probs)
+        n = self.env.num_clients
         if self.core_size > n:
             raise ValueError(
                 f"method.fedsteer.core_size: {self.core_size} is more than the {n} clients; "
@@ -167,11 +187,19 @@ class FedSteer:
             )
 
     @property
+    def layout(self) -> StateLayout:
+        return self.env.layout
+
+    @property
+    def probs(self) -> tuple[float, ...]:
+        return self.env.probs
+
+    @property
     def fidelity(self) -> bool:
         return self.mode == "fidelity"
 
     def init_state(self, w0: torch.Tensor) -> SteerState:
-        return SteerState({}, torch.zeros(len(self.probs), self.core_size), ())
+        return SteerState(ClientTable.empty(), torch.zeros(len(self.probs), self.core_size), ())
 
     def probes(self, state, t, selected):
         return ()
@@ -179,13 +207,20 @@ class FedSteer:
     def plan(self, state: SteerState, t: int, selected: list[int], probes=None) -> RoundPlan:
         if self.fidelity and t <= self.warmup:  # the reference trains every client (oracle)
             everyone = range(len(self.probs))
-            decisions = {i: ("fresh" if i in selected else "oracle") for i in everyone}
-            return RoundPlan(tuple(ClientTask(i, t) for i in everyone), decisions)
-        return RoundPlan(tuple(ClientTask(i, t) for i in selected), {i: "fresh" for i in selected})
+            decisions = {i: (FRESH if i in selected else ORACLE) for i in everyone}
+            return RoundPlan(tuple(ClientTask(i, t, Train()) for i in everyone), decisions)
+        return RoundPlan(tuple(ClientTask(i, t, Train()) for i in selected),
+                         {i: FRESH for i in selected})  # fmt: skip
+
+    def client_work(self, ctx, task: ClientTask, w: torch.Tensor):
+        return train_and_send(ctx, task, w, self.layout, TopK(1.0))  # the dense Δ
+
+    def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
+        return decode_update(messages[0], self.layout)
 
     def _h(self, state: SteerState, j: int, dim: int) -> torch.Tensor:
         h = state.cache.get(j)
-        return torch.zeros(dim) if h is None else self.store.get(h)
+        return torch.zeros(dim) if h is None else h
 
     def _features(self, g: torch.Tensor) -> torch.Tensor:
         if not self.fidelity:
@@ -193,13 +228,13 @@ class FedSteer:
         last = self.layout.tensors[-1]  # the reference's matching.py::flatten_weights
         return g[..., last.offset : last.offset + last.numel]
 
-    def server_step(self, state: SteerState, t, w, plan, fresh: dict[int, FreshUpdate],
+    def server_step(self, state: SteerState, t, w, plan, uploads: dict[int, Received],
                     num_samples) -> StepResult:  # fmt: skip
         dim, n, k = w.numel(), len(self.probs), self.core_size
         total_n = sum(num_samples.values())
         d = torch.tensor([num_samples[i] / total_n for i in range(n)], dtype=torch.float32)
-        g = {i: -f.update.to_dense() for i, f in fresh.items()}  # pseudo-gradients
-        active = {i: g[i] for i in g if plan.decisions.get(i) == "fresh"}
+        g = {i: -u.value.to_dense() for i, u in uploads.items()}  # pseudo-gradients
+        active = {i: g[i] for i in g if plan.decisions.get(i) == FRESH}
         coords, core = state.coords.clone(), state.core
         s_before = state.coords
         if t <= self.warmup and g:
@@ -217,14 +252,13 @@ class FedSteer:
         p = {i: self.probs[i] for i in active}
         v = fedsteer_direction(q, s_use, d, active, s_hat, p)
         final = t >= self.warmup  # the core set is final: keep h only for its members
-        cache = {j: h for j, h in state.cache.items() if not final or j in core}
-        for i in sorted(active):
-            if not final or i in core:
-                cache[i] = self.store.put(self.beta * active[i])
+        cache = state.cache.only(set(core)) if final else state.cache
+        cache = cache.updated({i: self.beta * active[i] for i in sorted(active)
+                               if not final or i in core})  # fmt: skip
         weights = {i: float(d[i]) / p[i] for i in active}
         norms = {i: float(gi.norm()) for i, gi in g.items()}
-        return StepResult(SteerState(cache, coords, tuple(core)), w - self.server_lr * v,
-                          weights, norms)  # fmt: skip
+        return StepResult(SteerState(cache, coords, tuple(core)),
+                          w - self.env.server_lr * v, weights, norms)  # fmt: skip
 
     def _warmup(self, state: SteerState, t: int, g: dict[int, torch.Tensor], d: torch.Tensor,
                 coords: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:  # fmt: skip
@@ -238,7 +272,7 @@ class FedSteer:
         u = torch.stack([self._features(g[i]) for i in rows])
         hs = [self._h(state, j, dim) for j in range(n)]
         v = torch.stack([self._features(h) for h in hs])
-        rng = generator(self.seed, Purpose.CORESET, t)
+        rng = generator(self.env.seed, Purpose.CORESET, t)
         x, s_hat, _ = coreset_search(u, v, omega, lam_i, self.ridge, k, self.swaps, rng)
         h_norm = torch.tensor([float(hs[j].norm()) for j in x]) + NORM_EPS
         scale = 1.0 if self.fidelity else float(k)  # quirk 2: fidelity applies to h_j / K
@@ -250,8 +284,17 @@ class FedSteer:
         dim = self.layout.dim
         return 4 * dim * len(state.cache) + 4 * state.coords.numel()
 
-    def export_state(self, state: SteerState) -> SteerState:
-        return replace(state, cache={j: self.store.get(h) for j, h in state.cache.items()})
 
-    def import_state(self, state: SteerState) -> SteerState:
-        return replace(state, cache={j: self.store.put(h) for j, h in state.cache.items()})
+def space(trial):
+    trial.suggest_int("method.fedsteer.core_size", 2, 20)
+    trial.suggest_float("method.fedsteer.ridge", 0.01, 10.0, log=True)
+    trial.suggest_int("method.fedsteer.warmup", 1, 10)
+    trial.suggest_float("method.fedsteer.beta", 0.5, 1.0)
+    trial.suggest_float("fl.server_lr", 0.3, 1.5)
+    return None
+
+
+@register("fedsteer", config=FedSteerConfig, space=space, sparse_uplink=False)
+def build(params: FedSteerConfig, env: MethodEnv) -> FedSteer:
+    f = params
+    return FedSteer(env, f.core_size, f.ridge, f.warmup, f.swaps, f.beta, f.mode)

@@ -1,26 +1,29 @@
 """Thin Ray actors around the pure engine pieces (ARCHITECTURE.md "thin Ray actors").
 
-* :class:`ClientWorkerActor` wraps one :class:`~reuse_ray.engine.backend.ClientWorker`. It
+* :class:`ClientWorkerActor` wraps one :class:`~reuse_ray.engine.worker.ClientWorker`. It
   receives the run's static inputs once, as an object ref whose numpy arrays are read zero-copy
-  from the object store, and returns each task's small metadata and its encoded uplink message
-  as two separate objects, so the driver never fetches the message bytes.
-* :class:`ServerActor` wraps one :class:`~reuse_ray.engine.server.ServerCore`: the global vector,
-  the algorithm state and the per-client caches live here, not on the driver.
+  from the object store, and returns each task's small metadata, its encoded messages and the
+  state the client keeps as three separate objects, so the driver never fetches the messages.
+* :class:`ServerActor` wraps one :class:`~reuse_ray.engine.server.ServerCore`. It is the one
+  place where a method's per-client values move into the object store (:func:`use_store`):
+  the global vector, the method state and the clients' states live here, not on the driver.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import warnings
+from typing import Any
 
 import numpy as np
 import ray
 import torch
 
-from ..algorithms.base import ClientTask, ProbeTask, RoundPlan
-from ..codecs import PackedUpdate
-from ..engine.backend import ClientOutcome, ClientWorker, ProbeOutcome, RunSetup
-from ..engine.server import RoundReport, ServerCore
+from ..algorithms.api import ClientTask, RoundPlan
+from ..algorithms.table import use_store
+from ..engine.records import ClientOutcome, RoundReport, RunSetup
+from ..engine.server import ServerCore
+from ..engine.worker import ClientWorker
 
 
 def _as_tensor(w: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -38,17 +41,10 @@ class ClientWorkerActor:
     def __init__(self, setup: RunSetup, device: str = "cpu"):
         self.worker = ClientWorker(setup, device)
 
-    def run(self, task: ClientTask, w: np.ndarray) -> tuple[ClientOutcome, bytes, object]:
-        """(small metadata, the uplink message, the client-local state such as Fed-EF's e_i)."""
+    def run(self, task: ClientTask, w: np.ndarray) -> tuple[ClientOutcome, tuple[bytes, ...], Any]:
+        """(small metadata, the messages, the client's new local state)."""
         out = self.worker.run(task, _as_tensor(w))
-        return (
-            dataclasses.replace(out, message=b"", client_state=None),
-            out.message,
-            out.client_state,
-        )
-
-    def probe(self, task: ProbeTask, w: np.ndarray) -> ProbeOutcome:
-        return self.worker.probe(task, _as_tensor(w))
+        return dataclasses.replace(out, messages=(), local=None), out.messages, out.local
 
     def pid(self) -> int:
         import os
@@ -56,15 +52,23 @@ class ClientWorkerActor:
         return os.getpid()
 
 
-class ObjectStoreCache:
-    """Cached updates as Ray objects owned by the server actor: they live in the object store
+class ObjectStore:
+    """Table values as Ray objects owned by the server actor: they live in the object store
     (and spill to disk under memory pressure) instead of the actor's heap."""
 
-    def put(self, packed: PackedUpdate) -> ray.ObjectRef:
-        return ray.put(packed)
+    def put(self, value: Any) -> ray.ObjectRef:
+        return ray.put(value)
 
-    def get(self, ref: ray.ObjectRef) -> PackedUpdate:
+    def get(self, ref: ray.ObjectRef) -> Any:
         return ray.get(ref)
+
+
+def _outcomes(metas: list[ClientOutcome], message_refs: list, local_refs: list) -> list:
+    messages, locals_ = ray.get(message_refs), ray.get(local_refs)
+    return [
+        dataclasses.replace(m, messages=msg, local=loc)
+        for m, msg, loc in zip(metas, messages, locals_, strict=True)
+    ]
 
 
 @ray.remote(num_cpus=0)
@@ -72,16 +76,19 @@ class ServerActor:
     """Holds the server state of one run; the driver sees plans and reports only."""
 
     def __init__(self, setup: RunSetup):
-        self.core = ServerCore(setup, store=ObjectStoreCache())
+        use_store(ObjectStore())
+        self.core = ServerCore(setup)
 
-    def probes(self, t: int, selected: list[int]) -> tuple[ProbeTask, ...]:
+    def probes(self, t: int, selected: list[int]) -> tuple[ClientTask, ...]:
         return self.core.probes(t, selected)
 
-    def plan(self, t: int, selected: list[int], probes: list[ProbeOutcome]) -> RoundPlan:
-        return self.core.plan(t, selected, probes)
+    def plan(self, t: int, selected: list[int], metas: list[ClientOutcome],
+             message_refs: list, local_refs: list) -> RoundPlan:  # fmt: skip
+        return self.core.plan(t, selected, _outcomes(metas, message_refs, local_refs))
 
-    def cache_bytes(self) -> int:
-        return self.core.cache_bytes()
+    def step(self, t: int, selected: list[int], plan: RoundPlan, metas: list[ClientOutcome],
+             message_refs: list, local_refs: list) -> RoundReport:  # fmt: skip
+        return self.core.step(t, selected, plan, _outcomes(metas, message_refs, local_refs))
 
     def snapshot(self) -> dict:
         return self.core.snapshot()
@@ -92,21 +99,22 @@ class ServerActor:
     def weights(self) -> np.ndarray:
         return self.core.weights().numpy()
 
-    def step(
-        self,
-        t: int,
-        selected: list[int],
-        plan: RoundPlan,
-        metas: list[ClientOutcome],
-        message_refs: list[ray.ObjectRef],
-        state_refs: list[ray.ObjectRef],
-    ) -> RoundReport:
-        messages, states = ray.get(message_refs), ray.get(state_refs)
-        outcomes = [
-            dataclasses.replace(m, message=msg, client_state=st)
-            for m, msg, st in zip(metas, messages, states, strict=True)
-        ]
-        return self.core.step(t, selected, plan, outcomes)
-
     def memory_bytes(self) -> dict[str, int]:
         return self.core.memory_bytes()
+
+    def table_handles(self) -> list:
+        """The store handles of every client table in the state (to check where they live)."""
+        from ..algorithms.table import ClientTable
+
+        found: list = []
+
+        def walk(obj: Any) -> None:
+            if isinstance(obj, ClientTable):
+                found.extend(obj._handles.values())
+            elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+                for f in dataclasses.fields(obj):
+                    walk(getattr(obj, f.name))
+
+        walk(self.core.state)
+        walk(self.core.local)
+        return found

@@ -9,7 +9,7 @@ to the local backend whatever the pool size or the order in which tasks finish.
 
 Faults: workers restart (``max_restarts=-1``) and their tasks are retried
 (``max_task_retries``), and a retried task recomputes exactly the same update. Application errors
-are not retried; they surface as :class:`~reuse_ray.engine.backend.ClientError` naming the client
+are not retried; they surface as :class:`~reuse_ray.engine.records.ClientError` naming the client
 and the round.
 """
 
@@ -20,9 +20,10 @@ import os
 import ray
 import torch
 
+from ..algorithms.api import ClientTask, RoundPlan
 from ..config import RunConfig
-from ..engine.backend import ClientOutcome, RunSetup
-from ..engine.server import RoundReport
+from ..engine.records import ClientOutcome, RoundReport, RunSetup
+from ..engine.round import play_round
 from .actors import ClientWorkerActor, ServerActor, _as_tensor
 from .resources import pool_size_from_resources
 
@@ -72,6 +73,7 @@ class RayBackend:
             num_workers=e.num_workers,
         )  # fmt: skip
         self.sizes = {i: len(p) for i, p in enumerate(setup.partitions)}
+        _ship_method_code(setup)
         setup_ref = ray.put(setup)  # arrays go to the object store once per run
         self._setup_ref = setup_ref  # held for the run, so restarted actors can rebuild
         opts = {"max_restarts": -1, "max_task_retries": TASK_RETRIES}
@@ -84,52 +86,15 @@ class RayBackend:
         ]
         self.server = ServerActor.remote(setup_ref)
 
-    def _dispatch(
-        self, method: str, tasks: list, w_ref: ray.ObjectRef, num_returns: int
-    ) -> dict[int, list[ray.ObjectRef]]:
-        """Run ``method`` for every task on idle workers; returns refs keyed by client."""
-        refs: dict[int, list[ray.ObjectRef]] = {}
-        pending: dict[ray.ObjectRef, int] = {}
-        # largest clients first (LPT scheduling) keeps the pool busy until the round's end;
-        # results do not depend on which worker runs what, or in which order
-        queue = sorted(tasks, key=lambda x: (-self.sizes.get(x.client, 0), x.client))
-        idle = list(range(len(self.workers)))
-        while queue or pending:
-            while queue and idle:
-                task, wid = queue.pop(0), idle.pop(0)
-                call = getattr(self.workers[wid], method).options(num_returns=num_returns)
-                out = call.remote(task, w_ref)
-                out = out if isinstance(out, list) else [out]
-                refs[task.client] = out
-                pending[out[0]] = wid
-            done, _ = ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                idle.append(pending.pop(ref))
-        return refs
-
     def run_round(self, t: int, selected: list[int]) -> RoundReport:
-        w_ref = self.server.weights.remote()
-        probe_tasks = ray.get(self.server.probes.remote(t, selected))
-        probes = []
-        if probe_tasks:
-            refs = self._dispatch("probe", list(probe_tasks), w_ref, 1)
-            probes = _get_unwrapped([refs[c][0] for c in sorted(refs)])
-        plan = ray.get(self.server.plan.remote(t, selected, probes))
-        refs = self._dispatch("run", list(plan.tasks), w_ref, 3)
-        clients = sorted(refs)
-        metas: list[ClientOutcome] = _get_unwrapped([refs[c][0] for c in clients])
-        messages = [refs[c][1] for c in clients]
-        states = [refs[c][2] for c in clients]
-        return ray.get(self.server.step.remote(t, selected, plan, metas, messages, states))
+        return play_round(RemoteServer(self.server), RayPool(self.workers, self.sizes), t,
+                          selected)  # fmt: skip
 
     def weights(self) -> torch.Tensor:
         return _as_tensor(ray.get(self.server.weights.remote())).clone()
 
     def memory_bytes(self) -> dict[str, int]:
         return ray.get(self.server.memory_bytes.remote())
-
-    def cache_bytes(self) -> int:
-        return ray.get(self.server.cache_bytes.remote())
 
     def snapshot(self) -> dict:
         return ray.get(self.server.snapshot.remote())
@@ -145,9 +110,76 @@ class RayBackend:
         self.workers, self.server, self._setup_ref = [], None, None
 
 
+def _ship_method_code(setup: RunSetup) -> None:
+    """A method loaded from a ``.py`` path (``method.module``) is not importable on the
+    workers: its classes travel by value inside the setup, so any node can run it."""
+    import sys
+
+    from ..algorithms.registry import FILE_MODULE_PREFIX
+
+    name = type(setup.method).__module__
+    if name.startswith(FILE_MODULE_PREFIX) and name in sys.modules:
+        ray.cloudpickle.register_pickle_by_value(sys.modules[name])
+
+
+# one result of a client task on Ray: (metadata ref, messages ref, local-state ref)
+Result = tuple[ray.ObjectRef, ray.ObjectRef, ray.ObjectRef]
+
+
+class RayPool:
+    """Client tasks over a pool of worker actors, largest clients first (LPT)."""
+
+    def __init__(self, workers: list, sizes: dict[int, int]):
+        self.workers, self.sizes = workers, sizes
+
+    def run(self, tasks: list[ClientTask], w_ref: ray.ObjectRef) -> list[Result]:
+        """Run every task on idle workers; the refs come back in client order."""
+        refs: dict[int, list[ray.ObjectRef]] = {}
+        pending: dict[ray.ObjectRef, int] = {}
+        # largest clients first (LPT scheduling) keeps the pool busy until the round's end;
+        # results do not depend on which worker runs what, or in which order
+        queue = sorted(tasks, key=lambda x: (-self.sizes.get(x.client, 0), x.client))
+        idle = list(range(len(self.workers)))
+        while queue or pending:
+            while queue and idle:
+                task, wid = queue.pop(0), idle.pop(0)
+                out = self.workers[wid].run.options(num_returns=3).remote(task, w_ref)
+                refs[task.client] = out
+                pending[out[0]] = wid
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                idle.append(pending.pop(ref))
+        return [tuple(refs[c]) for c in sorted(refs)]
+
+
+class RemoteServer:
+    """The server actor as the round sees it: the driver fetches only small metadata."""
+
+    def __init__(self, actor):
+        self.actor = actor
+
+    def weights_ref(self) -> ray.ObjectRef:
+        return self.actor.weights.remote()  # one ref per round, never fetched by the driver
+
+    def probes(self, t: int, selected: list[int]) -> tuple[ClientTask, ...]:
+        return ray.get(self.actor.probes.remote(t, selected))
+
+    @staticmethod
+    def _split(results: list[Result]) -> tuple[list[ClientOutcome], list, list]:
+        metas = _get_unwrapped([r[0] for r in results])
+        return metas, [r[1] for r in results], [r[2] for r in results]
+
+    def plan(self, t: int, selected: list[int], results: list[Result]) -> RoundPlan:
+        return ray.get(self.actor.plan.remote(t, selected, *self._split(results)))
+
+    def step(self, t: int, selected: list[int], plan: RoundPlan,
+             results: list[Result]) -> RoundReport:  # fmt: skip
+        return ray.get(self.actor.step.remote(t, selected, plan, *self._split(results)))
+
+
 def _get_unwrapped(refs: list) -> list:
     """ray.get, re-raising a worker's ClientError as itself (it names client and round)."""
-    from ..engine.backend import ClientError
+    from ..engine.records import ClientError
 
     try:
         return ray.get(refs)

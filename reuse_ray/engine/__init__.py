@@ -1,9 +1,13 @@
 """The round loop and the backends it runs on (ALGORITHMS.md §1.5); no Ray imports here."""
 
-from .backend import Backend, ClientError, ClientOutcome, ClientWorker, RunSetup
+from .backend import Backend
 from .local import LocalBackend
-from .loop import RunHooks, RunSummary, make_backend, prepare_data, run_fl
+from .loop import RunHooks, RunSummary, make_backend, make_setup, prepare_data, run_fl
+from .records import ClientError, ClientOutcome, RoundReport, RunSetup
+from .round import play_round
 from .sampling import select_clients, uniform_selection
+from .server import ServerCore
+from .worker import ClientWorker
 
 __all__ = [
     "Backend",
@@ -11,10 +15,14 @@ __all__ = [
     "ClientOutcome",
     "ClientWorker",
     "LocalBackend",
+    "RoundReport",
     "RunHooks",
     "RunSetup",
-    "make_backend",
     "RunSummary",
+    "ServerCore",
+    "make_backend",
+    "make_setup",
+    "play_round",
     "prepare_data",
     "run_fl",
     "select_clients",

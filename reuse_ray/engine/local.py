@@ -2,14 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from .backend import ClientWorker, RunSetup
-from .server import RoundReport, ServerCore
+from ..algorithms.api import ClientTask
+from .records import ClientOutcome, RoundReport, RunSetup
+from .round import play_round
+from .server import ServerCore
+from .worker import ClientWorker
 
 
-def _client(task) -> int:
-    return task.client
+class LocalServer(ServerCore):
+    """The in-process server, as the round sees it."""
+
+    def weights_ref(self) -> torch.Tensor:
+        return self.w
+
+
+class LocalPool:
+    """Runs every task on the one worker, in client order."""
+
+    def __init__(self, worker: ClientWorker):
+        self.worker = worker
+
+    def run(self, tasks: Sequence[ClientTask], w: torch.Tensor) -> list[ClientOutcome]:
+        return [self.worker.run(task, w) for task in sorted(tasks, key=lambda x: x.client)]
 
 
 class LocalBackend:
@@ -19,25 +37,20 @@ class LocalBackend:
 
     def __init__(self, device: str = "cpu"):
         self.device = device
-        self.worker: ClientWorker | None = None
-        self.server: ServerCore | None = None
+        self.pool: LocalPool | None = None
+        self.server: LocalServer | None = None
 
     def start(self, setup: RunSetup) -> None:
-        self.server = ServerCore(setup)
-        self.worker = ClientWorker(setup, self.device)
+        self.server = LocalServer(setup)
+        self.pool = LocalPool(ClientWorker(setup, self.device))
 
-    def _check(self) -> tuple[ServerCore, ClientWorker]:
-        if self.server is None or self.worker is None:
+    def _check(self) -> tuple[LocalServer, LocalPool]:
+        if self.server is None or self.pool is None:
             raise RuntimeError("LocalBackend.start() was not called")
-        return self.server, self.worker
+        return self.server, self.pool
 
     def run_round(self, t: int, selected: list[int]) -> RoundReport:
-        server, worker = self._check()
-        w = server.weights()
-        probes = [worker.probe(p, w) for p in sorted(server.probes(t, selected), key=_client)]
-        plan = server.plan(t, selected, probes)
-        outcomes = [worker.run(task, w) for task in sorted(plan.tasks, key=lambda x: x.client)]
-        return server.step(t, selected, plan, outcomes)
+        return play_round(*self._check(), t, selected)
 
     def weights(self) -> torch.Tensor:
         return self._check()[0].weights()
@@ -52,4 +65,4 @@ class LocalBackend:
         self._check()[0].restore(snap)
 
     def close(self) -> None:
-        self.worker = None
+        self.pool = None

@@ -19,21 +19,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from torch import nn
 
-from ..accounting import RoundBytes
+from ..algorithms import MethodEnv, build_method
 from ..config import RunConfig, flatten, to_dict
 from ..data import class_counts, load_dataset, make_partition
 from ..data.registry import FederatedData
-from ..models import init_model, resolve_model_name
+from ..models import head_parameter_names, init_model, resolve_model_name
+from ..participation import participation_probs
 from ..results import RunWriter
 from ..state import StateLayout
 from ..training import configure_determinism, evaluate
-from .backend import Backend, RunSetup
+from .backend import Backend
 from .local import LocalBackend
+from .recorder import Recorder, RunCheckpoint
+from .records import RunSetup
 from .sampling import select_clients
 
 Progress = Callable[[str], None]
-OUTSIDE_S = ("oracle", "fill")  # decisions of clients that worked without being in S_t
 
 
 @dataclass
@@ -93,53 +96,47 @@ def prepare_data(cfg: RunConfig) -> tuple[FederatedData, list[np.ndarray]]:
     return data, partition_clients(cfg, data)
 
 
-def _round_row(run_id: str, seed: int, t: int, report, rb: RoundBytes, cum: RoundBytes,
-               val, wall: float) -> dict[str, Any]:  # fmt: skip
-    losses = [c.train_loss for c in report.clients if c.train_loss is not None]
+def make_setup(
+    cfg: RunConfig, data: FederatedData, parts: list[np.ndarray]
+) -> tuple[RunSetup, nn.Module]:
+    """The run's static inputs (data, partitions, the model's layout and w_0, p_i, the method),
+    and the model instance the driver evaluates with."""
+    info = data.info
+    model_name = resolve_model_name(cfg.model.name, cfg.data.name)
+    model = init_model(model_name, info.shape, info.num_classes, cfg.seed, cfg.model.hidden)
+    layout = StateLayout.from_model(model)
+    if cfg.fl.participation == "adversarial":  # the law reads each client's labels
+        labels = [data.train.y[p] for p in parts]
+        probs = participation_probs(cfg, labels, info.num_classes)
+    else:
+        probs = participation_probs(cfg)
+    env = MethodEnv.from_config(cfg, layout, head_parameter_names(model), probs)
+    setup = RunSetup(cfg, info, data.train, tuple(parts), model_name, layout,
+                     layout.flatten(model), env.probs, build_method(cfg, env))  # fmt: skip
+    return setup, model
+
+
+def _run_row(cfg: RunConfig, run_id: str, hooks: RunHooks, setup: RunSetup, backend: Backend,
+             started_at: str) -> dict[str, Any]:  # fmt: skip
     return {
-        "run_id": run_id, "seed": seed, "round": t,
-        "num_selected": sum(1 for c in report.clients if c.decision not in OUTSIDE_S),
-        "num_fresh": sum(1 for c in report.clients if c.decision == "fresh"),
-        "num_reused": sum(1 for c in report.clients if c.decision == "reused"),
-        "train_loss": float(np.mean(losses)) if losses else None,
-        "val_acc": val[0] if val else None, "val_loss": val[1] if val else None,
-        "up_restricted": rb.up_restricted, "down_sensitivity": rb.down_sensitivity,
-        "dense_reference": rb.dense_reference, "up_measured": rb.up_measured,
-        "down_measured": rb.down_measured, "cum_up_restricted": cum.up_restricted,
-        "cum_down_sensitivity": cum.down_sensitivity,
-        "cum_dense_reference": cum.dense_reference, "cum_up_measured": cum.up_measured,
-        "cum_down_measured": cum.down_measured, "saving_restricted": rb.saving_restricted,
-        "cum_saving_restricted": cum.saving_restricted,
-        "cum_saving_bidirectional": cum.saving_bidirectional,
-        "client_steps": sum(c.local_steps for c in report.clients),
-        "update_norm": report.update_norm, "round_wall_s": wall,
+        "run_id": run_id, "seed": cfg.seed, "status": "running", "error": None,
+        "stage": hooks.stage, "sweep": hooks.sweep, "trial_id": hooks.trial_id,
+        "label": hooks.extra.get("label"),
+        "dataset": cfg.data.name, "model": setup.model_name, "backend": backend.name,
+        "rounds_planned": cfg.fl.rounds, "rounds_completed": 0, "num_params": setup.layout.dim,
+        "dense_bytes": setup.layout.dense_bytes, "started_at": started_at, "test_reads": 0,
+        "config_json": json.dumps(to_dict(cfg), sort_keys=True),
+        **{f"cfg.{k}": v for k, v in flatten(cfg).items()},
     }  # fmt: skip
 
 
-def _event_rows(run_id: str, seed: int, t: int, report) -> list[dict[str, Any]]:
-    return [
-        {
-            "run_id": run_id,
-            "seed": seed,
-            "round": t,
-            "client_id": c.client,
-            "decision": c.decision,
-            "num_samples": c.num_samples,
-            "weight": c.weight,
-            "train_loss": c.train_loss,
-            "local_steps": c.local_steps,
-            "up_restricted": c.up_restricted,
-            "up_measured": c.up_measured,
-            "down_measured": c.down_measured,
-            "update_norm": c.update_norm,
-            "gate_score": c.gate.get("gate_score"),
-            "tau": c.gate.get("tau"),
-            "age": c.gate.get("age"),
-            "promoted": c.gate.get("promoted"),
-            "wall_s": c.wall_s,
-        }  # fmt: skip
-        for c in report.clients
-    ]
+def _progress_line(run_id: str, t: int, rounds: int, row: dict[str, Any], val, cum) -> str:
+    return (f"[{run_id}] round {t:>4}/{rounds} "
+            + (f"val_acc={val[0]:.4f} val_loss={val[1]:.4f} " if val else "")
+            + f"fresh={row['num_fresh']} reused={row['num_reused']} "
+            f"up={_fmt_bytes(cum.up_restricted)} "
+            f"cum_saving={100 * cum.saving_restricted:.3f}% "
+            f"{row['round_wall_s']:.2f}s")  # fmt: skip
 
 
 def run_fl(
@@ -157,7 +154,7 @@ def run_fl(
     say = progress or (lambda _msg: None)
     run_id = cfg.run_id
     writer = RunWriter(cfg.results_dir, run_id, cfg.method.name)
-    resumed = pickle.loads(hooks.resume) if hooks.resume else None
+    resumed: RunCheckpoint | None = pickle.loads(hooks.resume) if hooks.resume else None
     if resumed is None:
         writer.clear_previous()
 
@@ -167,38 +164,26 @@ def run_fl(
         data.forbid_test()  # a validation-only stage provably never reads the test split
     parts = partition_clients(cfg, data)
     info = data.info
-    model_name = resolve_model_name(cfg.model.name, cfg.data.name)
-    model = init_model(model_name, info.shape, info.num_classes, cfg.seed, cfg.model.hidden)
-    layout = StateLayout.from_model(model)
-    b0 = layout.dense_bytes
+    setup, model = make_setup(cfg, data, parts)
+    layout = setup.layout
     backend = backend or make_backend(cfg)
+    recorder = Recorder(writer, run_id, cfg.seed, layout.dense_bytes)
 
     counts = class_counts(parts, data.train.y, info.num_classes)
     for i, p in enumerate(parts):
         writer.add("clients", {"run_id": run_id, "seed": cfg.seed, "client_id": i,
                                "num_samples": len(p),
                                "class_counts": counts[i].tolist()})  # fmt: skip
-    run_row: dict[str, Any] = {
-        "run_id": run_id, "seed": cfg.seed, "status": "running", "error": None,
-        "stage": hooks.stage, "sweep": hooks.sweep, "trial_id": hooks.trial_id,
-        "label": hooks.extra.get("label"),
-        "dataset": cfg.data.name, "model": model_name, "backend": backend.name,
-        "rounds_planned": cfg.fl.rounds, "rounds_completed": 0, "num_params": layout.dim,
-        "dense_bytes": b0, "started_at": started_at, "test_reads": 0,
-        "config_json": json.dumps(to_dict(cfg), sort_keys=True),
-        **{f"cfg.{k}": v for k, v in flatten(cfg).items()},
-    }  # fmt: skip
-    cum, total_steps, last_val, first_round = RoundBytes(), 0, None, 1
+    run_row = _run_row(cfg, run_id, hooks, setup, backend, started_at)
+    first_round = 1
     if resumed is not None:
-        cum, total_steps, last_val = resumed["cum"], resumed["total_steps"], resumed["last_val"]
-        first_round = resumed["round"] + 1
-        for table in ("rounds", "client_events"):
-            writer.rows[table] = list(resumed["rows"][table])
+        recorder.resume(resumed)
+        first_round = resumed.round + 1
     writer.set_run_row(run_row)
     writer.flush()
-    say(f"[{run_id}] {cfg.method.name} on {cfg.data.name}/{model_name}: "
+    say(f"[{run_id}] {cfg.method.name} on {cfg.data.name}/{setup.model_name}: "
         f"{cfg.fl.num_clients} clients, {cfg.fl.clients_per_round}/round, {cfg.fl.rounds} rounds, "
-        f"d={layout.dim:,} (B0={_fmt_bytes(b0)}), backend={backend.name}"
+        f"d={layout.dim:,} (B0={_fmt_bytes(layout.dense_bytes)}), backend={backend.name}"
         + (f", resumed after round {first_round - 1}" if resumed else ""))  # fmt: skip
 
     status, error = "running", None
@@ -206,11 +191,10 @@ def run_fl(
     test = None
     memory = None
     try:
-        setup = RunSetup(cfg, info, data.train, tuple(parts), model_name)
-        probs = setup.participation_probs()
+        probs = np.asarray(setup.probs)
         backend.start(setup)
         if resumed is not None:
-            backend.restore(resumed["server"])
+            backend.restore(resumed.server)
         for t in range(first_round, cfg.fl.rounds + 1):
             t0 = time.perf_counter()
             selected = select_clients(cfg, t, probs)
@@ -219,41 +203,23 @@ def run_fl(
                 status, error = "diverged", f"non-finite loss or update in round {t}"
                 say(f"[{run_id}] round {t}: diverged (non-finite loss or update); stopping")
                 break
-            rb = RoundBytes()
-            for c in report.clients:
-                rb = rb + RoundBytes(c.up_restricted, b0, b0, c.up_measured, c.down_measured)
-            cum = cum + rb
             completed = t
-            total_steps += sum(c.local_steps for c in report.clients)
             val = None
             if t == 1 or t % cfg.fl.eval_every == 0 or t == cfg.fl.rounds:
                 val = evaluate(model, layout, backend.weights(), data.val, info,
                                cfg.train.eval_batch_size)  # fmt: skip
-                last_val = val
-            row = _round_row(run_id, cfg.seed, t, report, rb, cum, val,
-                             time.perf_counter() - t0)  # fmt: skip
-            writer.add("rounds", row)
-            for ev in _event_rows(run_id, cfg.seed, t, report):
-                writer.add("client_events", ev)
-            say(f"[{run_id}] round {t:>4}/{cfg.fl.rounds} "
-                + (f"val_acc={val[0]:.4f} val_loss={val[1]:.4f} " if val else "")
-                + f"fresh={row['num_fresh']} reused={row['num_reused']} "
-                f"up={_fmt_bytes(cum.up_restricted)} "
-                f"cum_saving={100 * cum.saving_restricted:.3f}% "
-                f"{row['round_wall_s']:.2f}s")  # fmt: skip
+            row = recorder.record(t, report, val, time.perf_counter() - t0)
+            say(_progress_line(run_id, t, cfg.fl.rounds, row, val, recorder.cum))
             if val is not None:
                 writer.flush(("rounds", "client_events"))
             blob = None
             if (hooks.checkpoint_every and t % hooks.checkpoint_every == 0
                     and t < cfg.fl.rounds):  # fmt: skip
                 writer.flush(("rounds", "client_events"))
-                blob = pickle.dumps({
-                    "round": t, "cum": cum, "total_steps": total_steps, "last_val": last_val,
-                    "rows": {k: writer.rows[k] for k in ("rounds", "client_events")},
-                    "server": backend.snapshot(),
-                })  # fmt: skip
+                blob = pickle.dumps(recorder.checkpoint(t, backend.snapshot()))
             if hooks.on_round is not None:
-                hooks.on_round(dict(row, last_val_acc=last_val[0] if last_val else None), blob)
+                last = recorder.last_val
+                hooks.on_round(dict(row, last_val_acc=last[0] if last else None), blob)
             if blob is not None and hooks.save_checkpoint is not None:
                 hooks.save_checkpoint(blob, t)
         else:
@@ -273,6 +239,7 @@ def run_fl(
         try:
             backend.close()
         finally:
+            last_val = recorder.last_val
             run_row.update({
                 "status": status, "error": error, "rounds_completed": completed,
                 "final_round": completed or None,
@@ -280,16 +247,9 @@ def run_fl(
                 "final_val_loss": last_val[1] if last_val else None,
                 "test_acc": test[0] if test else None, "test_loss": test[1] if test else None,
                 "test_round": cfg.fl.rounds if test else None, "test_reads": data.test_reads,
-                "cum_up_restricted": cum.up_restricted,
-                "cum_down_sensitivity": cum.down_sensitivity,
-                "cum_dense_reference": cum.dense_reference,
-                "cum_up_measured": cum.up_measured, "cum_down_measured": cum.down_measured,
-                "cum_saving_restricted": cum.saving_restricted if cum.dense_reference else None,
-                "cum_saving_bidirectional": (cum.saving_bidirectional if cum.dense_reference
-                                             else None),
+                **recorder.totals(),
                 "server_memory_bytes": memory["server"] if memory else None,
                 "client_memory_bytes": memory["client"] if memory else None,
-                "client_steps": total_steps,
                 "wall_s": time.perf_counter() - t_start,
             })  # fmt: skip
             writer.set_run_row(run_row)

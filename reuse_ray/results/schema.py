@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import types
 import typing
+from collections.abc import Iterator, Mapping
 
 import pyarrow as pa
 
@@ -34,7 +35,8 @@ TABLES = ("runs", "rounds", "client_events", "clients", "trials")
 PARTITION_COLUMN = "method"
 
 RUN_STATUS = ("running", "finished", "failed", "diverged")
-CLIENT_DECISIONS = ("fresh", "reused", "skipped")
+# the decision names of client events: reuse_ray.algorithms.api.DECISIONS (fresh, reused, lazy,
+# waiting, oracle, fill)
 
 
 def _arrow_type(tp: typing.Any) -> pa.DataType:
@@ -48,50 +50,61 @@ def _arrow_type(tp: typing.Any) -> pa.DataType:
 
 
 def config_fields() -> list[pa.Field]:
-    """One ``cfg.<dotted>`` column per leaf of RunConfig."""
+    """One ``cfg.<dotted>`` column per leaf of RunConfig, every registered method's block
+    included (a method registered later, e.g. from ``method.module``, adds its columns)."""
     return [pa.field(f"cfg.{k}", _arrow_type(t)) for k, t in flat_field_types().items()]
 
 
-RUNS = pa.schema(
-    [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("seed", pa.int64(), nullable=False),
-        pa.field("status", pa.string(), nullable=False),
-        pa.field("error", pa.string()),
-        pa.field("stage", pa.string()),  # run | search | final
-        pa.field("sweep", pa.string()),
-        pa.field("trial_id", pa.string()),
-        pa.field("label", pa.string()),  # final stage: selected-<j> or compare-<j>
-        pa.field("dataset", pa.string()),
-        pa.field("model", pa.string()),
-        pa.field("backend", pa.string()),
-        pa.field("rounds_planned", pa.int64()),
-        pa.field("rounds_completed", pa.int64()),
-        pa.field("final_round", pa.int64()),
-        pa.field("num_params", pa.int64()),
-        pa.field("dense_bytes", pa.int64()),  # B0
-        pa.field("final_val_acc", pa.float64()),
-        pa.field("final_val_loss", pa.float64()),
-        pa.field("test_acc", pa.float64()),
-        pa.field("test_loss", pa.float64()),
-        pa.field("test_round", pa.int64()),
-        pa.field("test_reads", pa.int64()),  # times the test split was loaded (0 or 1)
-        pa.field("cum_up_restricted", pa.int64()),
-        pa.field("cum_down_sensitivity", pa.int64()),
-        pa.field("cum_dense_reference", pa.int64()),
-        pa.field("cum_up_measured", pa.int64()),
-        pa.field("cum_down_measured", pa.int64()),
-        pa.field("cum_saving_restricted", pa.float64()),
-        pa.field("cum_saving_bidirectional", pa.float64()),
-        pa.field("server_memory_bytes", pa.int64()),
-        pa.field("client_memory_bytes", pa.int64()),
-        pa.field("client_steps", pa.int64()),
-        pa.field("wall_s", pa.float64()),
-        pa.field("started_at", pa.string()),
-        pa.field("config_json", pa.string()),
-        *config_fields(),
-    ]
-)
+RUN_COLUMNS = [
+    pa.field("run_id", pa.string(), nullable=False),
+    pa.field("seed", pa.int64(), nullable=False),
+    pa.field("status", pa.string(), nullable=False),
+    pa.field("error", pa.string()),
+    pa.field("stage", pa.string()),  # run | search | final
+    pa.field("sweep", pa.string()),
+    pa.field("trial_id", pa.string()),
+    pa.field("label", pa.string()),  # final stage: selected-<j> or compare-<j>
+    pa.field("dataset", pa.string()),
+    pa.field("model", pa.string()),
+    pa.field("backend", pa.string()),
+    pa.field("rounds_planned", pa.int64()),
+    pa.field("rounds_completed", pa.int64()),
+    pa.field("final_round", pa.int64()),
+    pa.field("num_params", pa.int64()),
+    pa.field("dense_bytes", pa.int64()),  # B0
+    pa.field("final_val_acc", pa.float64()),
+    pa.field("final_val_loss", pa.float64()),
+    pa.field("test_acc", pa.float64()),
+    pa.field("test_loss", pa.float64()),
+    pa.field("test_round", pa.int64()),
+    pa.field("test_reads", pa.int64()),  # times the test split was loaded (0 or 1)
+    pa.field("cum_up_restricted", pa.int64()),
+    pa.field("cum_down_sensitivity", pa.int64()),
+    pa.field("cum_dense_reference", pa.int64()),
+    pa.field("cum_up_measured", pa.int64()),
+    pa.field("cum_down_measured", pa.int64()),
+    pa.field("cum_saving_restricted", pa.float64()),
+    pa.field("cum_saving_bidirectional", pa.float64()),
+    pa.field("server_memory_bytes", pa.int64()),
+    pa.field("client_memory_bytes", pa.int64()),
+    pa.field("client_steps", pa.int64()),
+    pa.field("wall_s", pa.float64()),
+    pa.field("started_at", pa.string()),
+    pa.field("config_json", pa.string()),
+]
+
+
+def runs_schema() -> pa.Schema:
+    """The ``runs`` table: the run columns, then the config columns of every known method."""
+    from ..algorithms.registry import method_names
+
+    key = method_names()
+    if _RUNS_CACHE.get("key") != key:
+        _RUNS_CACHE.update(key=key, schema=pa.schema([*RUN_COLUMNS, *config_fields()]))
+    return _RUNS_CACHE["schema"]
+
+
+_RUNS_CACHE: dict[str, typing.Any] = {}
 
 ROUNDS = pa.schema(
     [
@@ -178,14 +191,33 @@ TRIALS = pa.schema(
     ]
 )
 
+
+class _Schemas(Mapping[str, pa.Schema]):
+    """table name -> schema; ``runs`` follows the method registry."""
+
+    def __init__(self, fixed: dict[str, pa.Schema | None]):
+        self._fixed = fixed
+
+    def __getitem__(self, table: str) -> pa.Schema:
+        if table not in self._fixed:
+            raise KeyError(table)
+        return runs_schema() if table == "runs" else self._fixed[table]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._fixed)
+
+    def __len__(self) -> int:
+        return len(self._fixed)
+
+
 # tables written once per run, partitioned by method
-RUN_TABLES: dict[str, pa.Schema] = {
-    "runs": RUNS,
-    "rounds": ROUNDS,
-    "client_events": CLIENT_EVENTS,
-    "clients": CLIENTS,
-}
-SCHEMAS: dict[str, pa.Schema] = {**RUN_TABLES, "trials": TRIALS}
+RUN_TABLES: Mapping[str, pa.Schema] = _Schemas(
+    {"runs": None, "rounds": ROUNDS, "client_events": CLIENT_EVENTS, "clients": CLIENTS}
+)
+SCHEMAS: Mapping[str, pa.Schema] = _Schemas(
+    {"runs": None, "rounds": ROUNDS, "client_events": CLIENT_EVENTS, "clients": CLIENTS,
+     "trials": TRIALS}
+)  # fmt: skip
 
 # columns that measure time and therefore differ between otherwise identical runs
 TIMING_COLUMNS = {"wall_s", "round_wall_s", "started_at"}

@@ -5,7 +5,8 @@ A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these bloc
     name: quickstart                 # the sweep's name (results and Tune experiment)
     base: {...}                      # the run config every trial starts from
     search:
-      space: dg_fedreuse             # search_spaces/<space>.py, define-by-run (tpe, nsga2, random)
+      space: <method>                # a method's registered space, define-by-run (tpe, nsga2,
+                                     # random); or search_spaces/<space>.py
       searcher: tpe                  # tpe | nsga2 | random | grid | none (protocol: no search,
                                      # every grid point goes straight to the final stage)
       objective: val_acc             # val_acc | pareto | retention
@@ -99,11 +100,17 @@ class SweepSpec:
     checkpoint_every: int = 5
 
     def run_config(self, params: dict[str, Any] | None = None, **top: Any) -> RunConfig:
-        """The base config with dotted ``params`` and top-level fields applied."""
+        """The base config with dotted ``params`` and top-level fields applied.
+
+        A sweep's base may hold the blocks of several of its arms' methods; each trial keeps
+        only the block of its own method (a run config with another method's block is an
+        error)."""
         data = _deep_copy(self.base)
         for key, value in (params or {}).items():
             set_dotted(data, key, value)
         data.update(top)
+        if isinstance(data.get("method"), dict):
+            data["method"] = _own_block_only(data["method"])
         data["results_dir"] = self.results_dir
         engine = dict(data.get("engine") or {})
         engine["backend"] = self.trial.backend
@@ -122,6 +129,23 @@ class SweepSpec:
         for values in self.search.grid.get("seed", []), [self.search.reference.get("seed")]:
             seeds |= {int(v) for v in values if v is not None}
         return seeds
+
+
+def _own_block_only(method: dict[str, Any]) -> dict[str, Any]:
+    """The method block without the config blocks of other registered methods."""
+    from ..algorithms.registry import config_blocks, get_method, load_module
+
+    if isinstance(method.get("module"), str):
+        try:
+            load_module(method["module"])
+        except (ImportError, FileNotFoundError):
+            return method  # the run config reports it
+    try:
+        own = get_method(method.get("name", "fedavg")).block
+    except (KeyError, TypeError):
+        return method
+    others = set(config_blocks()) - {own}
+    return {k: v for k, v in method.items() if k not in others}
 
 
 def _deep_copy(d: Any) -> Any:

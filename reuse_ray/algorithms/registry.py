@@ -1,0 +1,126 @@
+"""The method registry: every table of methods derives from it (ARCHITECTURE.md).
+
+A method module registers a builder with :func:`register`, naming its config block (the
+frozen dataclass read from ``method.<block>`` of a run config), its define-by-run search space and
+what its uplink accepts. ``reuse-ray`` then knows the method everywhere: config validation, the
+Parquet schema's ``cfg.method.<block>.*`` columns, sweeps and the engine. A method outside the
+package is a module named by ``method.module`` (a dotted name or a ``.py`` path), imported before
+its name is looked up (see ``examples/my_method.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BUILTIN_MODULES = (
+    "fedavg",
+    "fedadam",
+    "dg_fedreuse",
+    "fedluar",
+    "fedsteer",
+    "mifa",
+    "fedstale",
+    "scaffold",
+    "ef21",
+    "laq",
+)
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """A registered method: how to build it and what its config looks like."""
+
+    name: str
+    build: Callable[[Any, Any], Any]  # (its config block or None, MethodEnv) -> Method
+    config: type | None = None  # frozen dataclass of the method's own knobs
+    block: str | None = None  # key of that block under ``method:`` (default: the name)
+    space: Callable | None = None  # define-by-run Optuna space: space(trial) -> dict | None
+    sparse_uplink: bool = True  # accepts method.topk_ratio < 1
+    error_feedback: bool = False  # Fed-EF may wrap its Top-K uplink
+    module: str = ""
+
+
+FILE_MODULE_PREFIX = "reuse_ray_method_"  # module names of methods loaded from .py paths
+_REGISTRY: dict[str, MethodSpec] = {}
+_loaded = False
+
+
+def register(
+    name: str, *, config: type | None = None, block: str | None = None,
+    space: Callable | None = None, sparse_uplink: bool = True, error_feedback: bool = False,
+) -> Callable:  # fmt: skip
+    """Decorator for a builder ``build(params, env) -> Method`` of the method ``name``."""
+
+    def wrap(build: Callable) -> Callable:
+        _REGISTRY[name] = MethodSpec(
+            name, build, config, (block or name) if config is not None else None, space,
+            sparse_uplink, error_feedback, build.__module__,
+        )  # fmt: skip
+        return build
+
+    return wrap
+
+
+def load_builtins() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for mod in BUILTIN_MODULES:
+            importlib.import_module(f"reuse_ray.algorithms.{mod}")
+
+
+def load_module(ref: str) -> str:
+    """Import a method module by dotted name or ``.py`` path; returns its module name."""
+    if ref.endswith(".py"):
+        path = Path(ref).expanduser().resolve()
+        if not path.is_file():
+            raise FileNotFoundError(f"method.module: no file {ref}")
+        name = f"{FILE_MODULE_PREFIX}{path.stem}"
+        if name not in sys.modules:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+        return name
+    importlib.import_module(ref)
+    return ref
+
+
+def method_names() -> tuple[str, ...]:
+    load_builtins()
+    return tuple(_REGISTRY)
+
+
+def get_method(name: str) -> MethodSpec:
+    """The registered method ``name``; KeyError lists the allowed names."""
+    load_builtins()
+    if name not in _REGISTRY:
+        raise KeyError(f"unknown method {name!r}; allowed: {', '.join(_REGISTRY)}")
+    return _REGISTRY[name]
+
+
+def config_blocks() -> dict[str, type]:
+    """block name -> config class, over every registered method (shared blocks once)."""
+    load_builtins()
+    return {s.block: s.config for s in _REGISTRY.values() if s.block is not None}
+
+
+def block_owners(block: str) -> list[str]:
+    load_builtins()
+    return [s.name for s in _REGISTRY.values() if s.block == block]
+
+
+def spaces() -> dict[str, Callable]:
+    """method name -> its define-by-run search space."""
+    load_builtins()
+    return {s.name: s.space for s in _REGISTRY.values() if s.space is not None}

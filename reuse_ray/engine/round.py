@@ -1,0 +1,44 @@
+"""One round, written once for every backend (ALGORITHMS.md §1.5): probe → plan → train → step.
+
+A backend supplies the server (in process, or a handle to the Ray server actor) and a pool that
+maps client tasks over workers; the sequence below is the same for both, so both backends give
+bit-identical rounds. The driver records the returned report.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from ..algorithms.api import ClientTask, RoundPlan
+from .records import RoundReport
+
+
+class Server(Protocol):
+    """The server side as the round sees it (a :class:`ServerCore` or a remote handle)."""
+
+    def weights_ref(self) -> Any: ...
+
+    def probes(self, t: int, selected: list[int]) -> Sequence[ClientTask]: ...
+
+    def plan(self, t: int, selected: list[int], probe_results: list[Any]) -> RoundPlan: ...
+
+    def step(
+        self, t: int, selected: list[int], plan: RoundPlan, results: list[Any]
+    ) -> RoundReport: ...
+
+
+class Pool(Protocol):
+    """Maps client tasks over workers; results come back in client order."""
+
+    def run(self, tasks: Sequence[ClientTask], w: Any) -> list[Any]: ...
+
+
+def play_round(server: Server, pool: Pool, t: int, selected: list[int]) -> RoundReport:
+    """Probe the clients the method asks about, plan, run the client work, step the server."""
+    w = server.weights_ref()
+    probes = server.probes(t, selected)
+    answers = pool.run(probes, w) if probes else []
+    plan = server.plan(t, selected, answers)
+    results = pool.run(plan.tasks, w) if plan.tasks else []
+    return server.step(t, selected, plan, results)
