@@ -27,7 +27,7 @@ import time
 
 from reuse_ray.accounting import saving
 from reuse_ray.config import RunConfig, from_dict, load_config_dict
-from reuse_ray.engine import LocalBackend, RunSetup, prepare_data, select_clients
+from reuse_ray.engine import LocalBackend, make_setup, prepare_data, select_clients
 from reuse_ray.models import init_model, resolve_model_name
 from reuse_ray.state import StateLayout
 from reuse_ray.training import configure_determinism, evaluate
@@ -54,6 +54,8 @@ def config(arm: str, data: str, rounds: int, samples: int, results: str) -> RunC
     base["method"] = dict(base["method"], name=method)
     if gate is not None:
         base["method"]["dg"] = dict(base["method"]["dg"], gate=gate)
+    else:  # the preset's DG block belongs to the DG arms only
+        base["method"].pop("dg", None)
     return from_dict(RunConfig, base)
 
 
@@ -73,7 +75,7 @@ def main() -> None:
     backends = {}
     for m in names:
         backends[m] = LocalBackend()
-        backends[m].start(RunSetup(cfgs[m], data.info, data.train, tuple(parts), model_name))
+        backends[m].start(make_setup(cfgs[m], data, parts)[0])
     stats = {m: {"wall": 0.0, "steps": 0, "fresh": 0, "selected": 0, "up": 0, "ref": 0}
              for m in names}  # fmt: skip
     print(f"data {data.info.name}: {len(data.train)} training samples over {len(parts)} clients, "
@@ -90,7 +92,7 @@ def main() -> None:
             s = stats[m]
             s["wall"] += wall
             s["steps"] += sum(c.local_steps for c in report.clients)
-            s["fresh"] += sum(c.decision == "fresh" for c in report.clients)
+            s["fresh"] += sum(c.decision.fresh for c in report.clients)
             s["selected"] += len(report.clients)
             s["up"] += sum(c.up_restricted for c in report.clients)
             s["ref"] += report.dense_bytes * len(report.clients)

@@ -264,6 +264,13 @@ class MethodConfig:
         """The YAML key of this method's own block (None when it has none)."""
         return _spec(self.name).block
 
+    def __getattr__(self, name: str) -> Any:
+        """``cfg.method.<block>`` reads the method's own block, as the YAML spells it."""
+        params = self.__dict__.get("params")
+        if not name.startswith("_") and params is not None and name == self.block:
+            return params
+        raise AttributeError(f"method config has no field or block {name!r}")
+
 
 def _load_method_module(ref: str) -> None:
     from .algorithms.registry import load_module

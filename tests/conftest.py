@@ -160,3 +160,28 @@ def _no_data_env(monkeypatch, tmp_path):
     """Keep tests away from any real data root of the machine."""
     monkeypatch.setenv("REUSE_RAY_DATA", str(tmp_path / "no-data-here"))
     os.environ.pop("RAY_ADDRESS", None)
+
+
+def method_env(layout, num_clients: int = 2, probs=None, topk_ratio: float = 1.0,
+               error_feedback: bool = False, seed: int = 0, server_lr: float = 1.0):  # fmt: skip
+    """A MethodEnv for building a method directly in a unit oracle."""
+    from reuse_ray.algorithms import MethodEnv
+    from reuse_ray.config import TrainConfig
+
+    probs = tuple(probs) if probs is not None else (1.0,) * num_clients
+    return MethodEnv(layout, (), seed, num_clients, probs, server_lr, topk_ratio,
+                     error_feedback, TrainConfig())  # fmt: skip
+
+
+def received(client: int, value, n: int = 1):
+    """A decoded upload: a dense SparseUpdate from a list/tensor, or any value as given."""
+    import torch
+
+    from reuse_ray.algorithms import Received
+    from reuse_ray.codecs import SparseUpdate
+
+    if isinstance(value, list | tuple) and all(isinstance(v, float | int) for v in value):
+        value = torch.tensor(value, dtype=torch.float32)
+    if isinstance(value, torch.Tensor):
+        value = SparseUpdate(value.numel(), None, value)
+    return Received(client, n, value)

@@ -82,18 +82,18 @@ def test_wire_roundtrip_and_measured_size():
 
 
 def test_aggregate_oracle_two_clients():
-    from reuse_ray.algorithms import FreshUpdate, fedavg_aggregate
+    from reuse_ray.algorithms import fedavg_aggregate, sample_weights
     from reuse_ray.codecs import SparseUpdate
 
-    fresh = {
-        0: FreshUpdate(0, 1, SparseUpdate(1, None, torch.tensor([1.0]))),
-        1: FreshUpdate(1, 3, SparseUpdate(1, None, torch.tensor([-1.0]))),
+    updates = {
+        0: SparseUpdate(1, None, torch.tensor([1.0])),
+        1: SparseUpdate(1, None, torch.tensor([-1.0])),
     }
-    w_next, weights = fedavg_aggregate(torch.zeros(1), fresh, 1.0)
+    weights = sample_weights([0, 1], {0: 1, 1: 3})
+    w_next = fedavg_aggregate(torch.zeros(1), updates, weights, 1.0)
     assert weights == {0: 0.25, 1: 0.75}
     assert w_next.item() == pytest.approx(-0.5)
-    same, none = fedavg_aggregate(torch.ones(1), {}, 1.0)
-    assert same.item() == 1.0 and none == {}
+    assert fedavg_aggregate(torch.ones(1), {}, {}, 1.0).item() == 1.0
 
 
 @pytest.mark.parametrize(

@@ -35,7 +35,7 @@ from reuse_ray.config import (
         ({"data": {"name": "imagenet"}}, "data.name", "allowed: digits, synthetic"),
         ({"data": {"nmae": "digits"}}, "data.nmae", "unknown field; allowed: name, root"),
         ({"bogus": 1}, "bogus", "unknown field"),
-        ({"method": {"fedadam": {"beta2": 1.0}}}, "method.fedadam.beta2", "allowed: [0.0, 1.0)"),
+        ({"method": {"name": "fedadam", "fedadam": {"beta2": 1.0}}}, "method.fedadam.beta2", "allowed: [0.0, 1.0)"),
         ({"fl": {"rounds": "ten"}}, "fl.rounds", "expected an integer"),
         ({"train": {"lr": "fast"}}, "train.lr", "expected a number"),
     ],
@@ -76,7 +76,7 @@ def test_yaml_roundtrip_overrides_and_sweep_base(tmp_path):
     assert cfg.method.dg.gate == "off" and cfg.train.amp is False
     # ... and in a file an unquoted off gets a hint instead of a puzzle
     with pytest.raises(ConfigError, match="quote the word"):
-        from_dict(RunConfig, {"method": {"dg": {"gate": False}}})
+        from_dict(RunConfig, {"method": {"name": "dg_fedreuse", "dg": {"gate": False}}})
 
 
 def test_frozen_and_run_id_stable():
@@ -88,4 +88,6 @@ def test_frozen_and_run_id_stable():
     assert a.run_id == b.run_id  # where results go is not part of the identity
     assert a.run_id != c.run_id
     assert a.run_id.startswith("fedavg-")
-    assert flatten(a)["method.fedadam.tau"] == 1e-3
+    # only the method's own block enters the flat config (and so the run id)
+    assert "method.fedadam.tau" not in flatten(a)
+    assert flatten(from_dict(RunConfig, {"method": {"name": "fedadam"}}))["method.fedadam.tau"] == 1e-3

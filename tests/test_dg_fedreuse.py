@@ -7,12 +7,14 @@ import dataclasses
 import numpy as np
 import pytest
 import torch
-from conftest import make_layout, small_config
+from conftest import make_layout, method_env, received, small_config
 
 from reuse_ray.accounting import restricted_bytes_of
-from reuse_ray.algorithms import DGFedReuse, DGState, FreshUpdate, LocalCacheStore
+from reuse_ray.algorithms import FRESH, REUSED, ClientTable, RoundPlan
 from reuse_ray.algorithms.dg_fedreuse import (
-    CacheEntry,
+    DGConfig,
+    DGFedReuse,
+    DGState,
     decay_factor,
     gate_distance,
     preliminary_active,
@@ -21,9 +23,9 @@ from reuse_ray.algorithms.dg_fedreuse import (
     tau_schedule,
 )
 from reuse_ray.codecs import SparseUpdate, pack, restricted_update_bytes, topk_sparsify
-from reuse_ray.config import DGConfig
 from reuse_ray.engine import run_fl
 from reuse_ray.results import read_table
+from reuse_ray.algorithms.uplink import TopK
 from reuse_ray.state import StateLayout
 
 PAPER = DGConfig()
@@ -82,15 +84,13 @@ def test_quota_promotes_the_largest_distances_ties_to_lower_id():
 
 def test_two_client_aggregate_fresh_plus_reused():
     layout = make_layout(1)
-    algo = DGFedReuse(PAPER, layout, seed=0, store=LocalCacheStore(), topk_ratio=1.0)
+    algo = DGFedReuse(PAPER, method_env(layout), TopK(1.0))
     one = SparseUpdate(1, None, torch.tensor([1.0]))
     packed = pack(one, layout)
-    state = DGState({1: CacheEntry(packed, packed.nbytes)}, {1: 4}, {})
-    from reuse_ray.algorithms import RoundPlan
-
-    plan = RoundPlan((), {0: "fresh", 1: "reused"})
+    state = DGState(ClientTable.from_values({1: packed}), {1: 4}, {})
+    plan = RoundPlan((), {0: FRESH, 1: REUSED})
     res = algo.server_step(
-        state, 5, torch.zeros(1), plan, {0: FreshUpdate(0, 100, one)}, {0: 100, 1: 300}
+        state, 5, torch.zeros(1), plan, {0: received(0, (one, None), 100)}, {0: 100, 1: 300}
     )
     assert res.w.item() == pytest.approx((100 + 300 * RHO) / 400, rel=1e-6)
     assert res.weights == {0: 0.25, 1: 0.75}

@@ -222,14 +222,12 @@ def test_cli_run_and_bad_config(tmp_path, capsys):
 def test_checkpoint_resume_is_bit_identical(tmp_path, method):
     from reuse_ray.engine import RunHooks
 
-    kw = {
-        "method__name": method,
-        "fl__rounds": 7,
-        "method__dg__tau0": 0.3,
-        "method__dg__tau_min": 0.2,
-        "method__laq__bits": 4,
-        "method__fedsteer__core_size": 3,
-    }
+    kw = {"method__name": method, "fl__rounds": 7}
+    kw.update({
+        "dg_fedreuse": {"method__dg__tau0": 0.3, "method__dg__tau_min": 0.2},
+        "laq": {"method__laq__bits": 4},
+        "fedsteer": {"method__fedsteer__core_size": 3},
+    }.get(method, {}))  # fmt: skip
     if method in ("laq", "fedsteer"):
         kw["method__topk_ratio"] = 1.0
     straight = small_config(tmp_path / "straight", **kw)

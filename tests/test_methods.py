@@ -8,18 +8,12 @@ import math
 import numpy as np
 import pytest
 import torch
-from conftest import shaped_layout, small_config
+from conftest import method_env, received, shaped_layout, small_config
 
-from reuse_ray.algorithms import (
-    EF21,
-    MIFA,
-    FedLUAR,
-    FedStale,
-    FreshUpdate,
-    LocalCacheStore,
-    RoundPlan,
-)
+from reuse_ray.algorithms import FRESH, RoundPlan
+from reuse_ray.algorithms.ef21 import EF21, ef21_step
 from reuse_ray.algorithms.fedluar import (
+    FedLUAR,
     candidate_layers,
     draw_recycle_set,
     recycle_probabilities,
@@ -30,18 +24,17 @@ from reuse_ray.algorithms.fedsteer import (
     fedsteer_direction,
     ridge_coordinates,
 )
-from reuse_ray.algorithms.memory import fedstale_direction
-from reuse_ray.algorithms.scaffold import scaffold_server_step
-from reuse_ray.codecs import SparseUpdate, decode_laq, encode_laq, laq_payload_bytes
-from reuse_ray.compressors import (
-    ef21_step,
+from reuse_ray.algorithms.fedstale import FedStale, fedstale_direction
+from reuse_ray.algorithms.laq import laq_dequantize, laq_quantize, laq_upload
+from reuse_ray.algorithms.mifa import MIFA
+from reuse_ray.algorithms.scaffold import (
     effective_steps,
-    laq_dequantize,
-    laq_quantize,
-    laq_upload,
     scaffold_correction,
     scaffold_new_control,
+    scaffold_server_step,
 )
+from reuse_ray.algorithms.uplink import TopK
+from reuse_ray.codecs import SparseUpdate, decode_laq, encode_laq, laq_payload_bytes
 from reuse_ray.config import ConfigError, RunConfig, from_dict
 from reuse_ray.engine import run_fl
 from reuse_ray.participation import (
@@ -54,12 +47,11 @@ from reuse_ray.participation import (
 from reuse_ray.results import read_table
 
 
-def _fresh(i: int, vec, n: int = 1) -> FreshUpdate:
-    v = torch.as_tensor(vec, dtype=torch.float32)
-    return FreshUpdate(i, n, SparseUpdate(v.numel(), None, v))
+def _fresh(i: int, vec, n: int = 1):
+    return received(i, torch.as_tensor(vec, dtype=torch.float32), n)
 
 
-def _plan(clients, decision="fresh") -> RoundPlan:
+def _plan(clients, decision=FRESH) -> RoundPlan:
     return RoundPlan((), {i: decision for i in clients})
 
 
@@ -117,7 +109,7 @@ def test_methods_see_the_same_bernoulli_schedule(tmp_path):
 
 def _luar(delta=1):
     layout = shaped_layout([("a", (2, 2)), ("a_bias", (2,)), ("b", (1, 2)), ("c", (2, 1))])
-    return layout, FedLUAR(layout, seed=5, delta=delta)
+    return layout, FedLUAR(method_env(layout, seed=5), TopK(1.0), delta=delta)
 
 
 def test_fedluar_candidates_round_one_and_recycling_oracle():
@@ -125,11 +117,12 @@ def test_fedluar_candidates_round_one_and_recycling_oracle():
     assert candidate_layers(layout) == (0, 2, 3)  # rank >= 2; the bias is always aggregated
     st = algo.init_state(torch.zeros(layout.dim))
     plan = algo.plan(st, 1, [0, 1])
-    assert st.recycle == () and all(t.skip_tensors == () for t in plan.tasks)  # R_1 = ∅
+    assert st.recycle == () and all(t.work.skip == () for t in plan.tasks)  # R_1 = ∅
     w = torch.ones(layout.dim)
     u0 = torch.arange(1.0, 11.0)  # client 0, n=1
     u1 = -torch.arange(1.0, 11.0) * 3  # client 1, n=3
-    res = algo.server_step(st, 1, w, plan, {0: _fresh(0, u0, 1), 1: _fresh(1, u1, 3)}, {})
+    res = algo.server_step(st, 1, w, plan, {0: _fresh(0, u0, 1), 1: _fresh(1, u1, 3)},
+                           {0: 1, 1: 3})  # fmt: skip
     agg = 0.25 * u0 + 0.75 * u1
     assert torch.equal(res.w, w + agg)
     a = slice(0, 4)
@@ -138,14 +131,14 @@ def test_fedluar_candidates_round_one_and_recycling_oracle():
     # force layer 0 into the recycle set: it moves by exactly U[0], twice in two rounds
     st2 = type(res.state)(res.state.updates, res.state.scores, (0,))
     plan2 = algo.plan(st2, 2, [0])
-    assert plan2.tasks[0].skip_tensors == (0,) and plan2.down_extra == 4
+    assert plan2.tasks[0].work.skip == (0,) and plan2.down_extra == 4
     upd = SparseUpdate(10, torch.arange(4, 10), torch.full((6,), 2.0))  # no entries in layer 0
-    r2 = algo.server_step(st2, 2, res.w, plan2, {0: FreshUpdate(0, 1, upd)}, {})
+    r2 = algo.server_step(st2, 2, res.w, plan2, {0: received(0, upd)}, {0: 1})
     assert torch.equal(r2.w[a], res.w[a] + agg[a])
     assert r2.state.scores[0] == res.state.scores[0]  # unchanged while recycled
     assert torch.equal(r2.w[4:], res.w[4:] + 2.0)
     st3 = type(r2.state)(r2.state.updates, r2.state.scores, (0,))
-    r3 = algo.server_step(st3, 3, r2.w, plan2, {0: FreshUpdate(0, 1, upd)}, {})
+    r3 = algo.server_step(st3, 3, r2.w, plan2, {0: received(0, upd)}, {0: 1})
     assert torch.equal(r3.w[a], res.w[a] + agg[a] + agg[a])
 
 
@@ -169,7 +162,7 @@ def test_fedluar_selection_frequency_matches_successive_sampling_law():
 def test_fedluar_delta_must_leave_a_layer(tmp_path):
     layout = shaped_layout([("a", (2, 2)), ("b", (2, 2))])
     with pytest.raises(ValueError, match=r"method.fedluar.delta: 2 .*allowed: \[0, 1\]"):
-        FedLUAR(layout, 0, delta=2)
+        FedLUAR(method_env(layout), TopK(1.0), delta=2)
 
 
 def test_fedluar_run_uploads_exactly_the_non_recycled_layers(tmp_path):
@@ -263,8 +256,7 @@ def test_fedsteer_runs_and_holds_k_d_plus_n_k(tmp_path, mode):
 
 
 def test_mifa_full_participation_equals_fedavg_and_absent_clients_keep_contributing():
-    store = LocalCacheStore()
-    algo = MIFA(store, 2, weights="uniform")
+    algo = MIFA(method_env(None, 2), TopK(1.0), weights="uniform")
     st = algo.init_state(torch.zeros(2))
     w = torch.zeros(2)
     for t, (a, b) in enumerate([([1.0, 2.0], [3.0, -2.0]), ([0.5, 0.25], [-1.0, 4.0])], 1):
@@ -284,7 +276,7 @@ def test_mifa_full_participation_equals_fedavg_and_absent_clients_keep_contribut
 
 
 def test_mifa_zero_init_shrinks_by_seen_over_n():
-    algo = MIFA(LocalCacheStore(), 4)
+    algo = MIFA(method_env(None, 4), TopK(1.0))
     st = algo.init_state(torch.zeros(1))
     res = algo.server_step(st, 1, torch.zeros(1), _plan([2]), {2: _fresh(2, [8.0])},
                            dict.fromkeys(range(4), 1))  # fmt: skip
@@ -325,8 +317,7 @@ def test_fedstale_beta_zero_is_importance_weighted_fedavg_and_one_is_fedvarp():
 
 
 def test_fedvarp_full_participation_and_unbiasedness():
-    store = LocalCacheStore()
-    algo = FedStale(store, (1.0, 1.0), beta=1.0, weights="samples")
+    algo = FedStale(method_env(None, 2), TopK(1.0), beta=1.0, weights="samples")
     st = algo.init_state(torch.zeros(2))
     ns = {0: 1, 1: 3}
     res = algo.server_step(st, 1, torch.zeros(2), _plan([0, 1]),
@@ -349,7 +340,7 @@ def test_fedvarp_full_participation_and_unbiasedness():
 
 
 def test_fedstale_estimated_probabilities():
-    algo = FedStale(LocalCacheStore(), (0.5,), beta=0.0, estimate_probs=True)
+    algo = FedStale(method_env(None, 1, probs=(0.5,)), TopK(1.0), beta=0.0, estimate_probs=True)
     st = algo.init_state(torch.zeros(1))
     assert algo.p_hat(st, 0, 4) == 0.25  # first participation at round 4: 1/4
     res = algo.server_step(st, 4, torch.zeros(1), _plan([0]), {0: _fresh(0, [1.0])}, {0: 1})
@@ -416,16 +407,15 @@ def test_ef21_step_and_server_mirror_agree():
     assert torch.equal(g2, g + c2.to_dense()) and g2.tolist() == [1.0, -3.0, 0.5, 2.0, 0.0]
     cd, gd = ef21_step(delta, None, layout, 0.4, dense_first=True)
     assert cd.is_dense and torch.equal(gd, delta)
-    store = LocalCacheStore()
-    algo = EF21(store, 0.4, variant="pp")
+    algo = EF21(method_env(layout, 2, topk_ratio=0.4), variant="pp")
     st = algo.init_state(torch.zeros(5))
-    res = algo.server_step(st, 1, torch.zeros(5), _plan([0]), {0: FreshUpdate(0, 1, c)},
+    res = algo.server_step(st, 1, torch.zeros(5), _plan([0]), {0: received(0, c)},
                            {0: 1, 1: 1})  # fmt: skip
-    assert torch.equal(res.state.get(store, 0), g)  # the server's mirror equals the client's g
+    assert torch.equal(res.state.get(0), g)  # the server's mirror equals the client's g
     assert torch.equal(res.w, 0.5 * g)  # PP: Σ_all α_j g_j, the absent client has g = 0
-    s_algo = EF21(store, 0.4, variant="s")
+    s_algo = EF21(method_env(layout, 2, topk_ratio=0.4), variant="s")
     rs = s_algo.server_step(s_algo.init_state(torch.zeros(5)), 1, torch.zeros(5), _plan([0]),
-                            {0: FreshUpdate(0, 1, c)}, {0: 1, 1: 1})  # fmt: skip
+                            {0: received(0, c)}, {0: 1, 1: 1})  # fmt: skip
     assert torch.equal(rs.w, g)
 
 
@@ -492,10 +482,11 @@ ALL = ["fedluar", "fedsteer", "mifa", "fedvarp", "fedstale", "scaffold", "ef21",
 @pytest.mark.parametrize("method", ALL)
 def test_every_method_handles_empty_rounds(tmp_path, method):
     kw = {"method__topk_ratio": 1.0} if method in ("laq", "fedsteer", "scaffold") else {}
+    if method == "fedsteer":
+        kw.update(method__fedsteer__core_size=2, method__fedsteer__mode="clean",
+                  method__fedsteer__warmup=1)  # fmt: skip
     cfg = small_config(tmp_path, method__name=method, fl__participation="groups",
-                       fl__group_probs=[0.15], fl__rounds=6, fl__eval_every=1,
-                       method__fedsteer__core_size=2, method__fedsteer__mode="clean",
-                       method__fedsteer__warmup=1, **kw)  # fmt: skip
+                       fl__group_probs=[0.15], fl__rounds=6, fl__eval_every=1, **kw)  # fmt: skip
     s = run_fl(cfg)
     assert s.status == "finished"
     rounds = read_table(cfg.results_dir, "rounds").sort_values("round").reset_index(drop=True)
@@ -577,8 +568,7 @@ def test_adversarial_schedule_follows_the_clients_lowest_labels_end_to_end(tmp_p
     want = {t: s for t in range(1, 7) if (s := bernoulli_selection(cfg.seed, t, probs))}
     assert got == want
     # the server's FedStale divides by the same known p_i
-    from reuse_ray.engine import RunSetup
-    from reuse_ray.engine.server import ServerCore
+    from reuse_ray.engine import ServerCore, make_setup
 
-    setup = RunSetup(cfg, data.info, data.train, tuple(parts), "cnn")
-    assert ServerCore(setup).algo.probs == tuple(probs.tolist())
+    setup, _ = make_setup(cfg, data, parts)
+    assert ServerCore(setup).method.probs == tuple(probs.tolist())

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from reuse_ray.algorithms import FedAdamState, fedadam_step
+from reuse_ray.algorithms.fedadam import FedAdamState, fedadam_step
 from reuse_ray.config import DataConfig
 from reuse_ray.data import crop_flip, load_dataset
 from reuse_ray.models import build_model, head_parameter_names, init_model
