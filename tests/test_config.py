@@ -35,7 +35,11 @@ from reuse_ray.config import (
         ({"data": {"name": "imagenet"}}, "data.name", "allowed: digits, synthetic"),
         ({"data": {"nmae": "digits"}}, "data.nmae", "unknown field; allowed: name, root"),
         ({"bogus": 1}, "bogus", "unknown field"),
-        ({"method": {"name": "fedadam", "fedadam": {"beta2": 1.0}}}, "method.fedadam.beta2", "allowed: [0.0, 1.0)"),
+        (
+            {"method": {"name": "fedadam", "fedadam": {"beta2": 1.0}}},
+            "method.fedadam.beta2",
+            "allowed: [0.0, 1.0)",
+        ),
         ({"fl": {"rounds": "ten"}}, "fl.rounds", "expected an integer"),
         ({"train": {"lr": "fast"}}, "train.lr", "expected a number"),
     ],
@@ -90,4 +94,5 @@ def test_frozen_and_run_id_stable():
     assert a.run_id.startswith("fedavg-")
     # only the method's own block enters the flat config (and so the run id)
     assert "method.fedadam.tau" not in flatten(a)
-    assert flatten(from_dict(RunConfig, {"method": {"name": "fedadam"}}))["method.fedadam.tau"] == 1e-3
+    adam = from_dict(RunConfig, {"method": {"name": "fedadam"}})
+    assert flatten(adam)["method.fedadam.tau"] == 1e-3

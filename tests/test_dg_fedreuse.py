@@ -22,10 +22,10 @@ from reuse_ray.algorithms.dg_fedreuse import (
     quota_count,
     tau_schedule,
 )
+from reuse_ray.algorithms.uplink import TopK
 from reuse_ray.codecs import SparseUpdate, pack, restricted_update_bytes, topk_sparsify
 from reuse_ray.engine import run_fl
 from reuse_ray.results import read_table
-from reuse_ray.algorithms.uplink import TopK
 from reuse_ray.state import StateLayout
 
 PAPER = DGConfig()

@@ -18,13 +18,13 @@ from reuse_ray.algorithms.fedluar import (
     draw_recycle_set,
     recycle_probabilities,
 )
+from reuse_ray.algorithms.fedstale import FedStale, fedstale_direction
 from reuse_ray.algorithms.fedsteer import (
     coreset_objective,
     coreset_search,
     fedsteer_direction,
     ridge_coordinates,
 )
-from reuse_ray.algorithms.fedstale import FedStale, fedstale_direction
 from reuse_ray.algorithms.laq import laq_dequantize, laq_quantize, laq_upload
 from reuse_ray.algorithms.mifa import MIFA
 from reuse_ray.algorithms.scaffold import (
