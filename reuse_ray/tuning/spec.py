@@ -131,6 +131,14 @@ class SweepSpec:
         return seeds
 
 
+def _validate(base: dict[str, Any]) -> RunConfig:
+    """A sweep's run config as its trials see it (other methods' blocks set aside)."""
+    data = _deep_copy(base)
+    if isinstance(data.get("method"), dict):
+        data["method"] = _own_block_only(data["method"])
+    return from_dict(RunConfig, data)
+
+
 def _own_block_only(method: dict[str, Any]) -> dict[str, Any]:
     """The method block without the config blocks of other registered methods."""
     from ..algorithms.registry import config_blocks, get_method, load_module
@@ -188,7 +196,7 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     if "base" not in raw:
         raise ConfigError("base", f"{source} has no base: run config")
     base = raw.get("base") or {}
-    from_dict(RunConfig, _deep_copy(base))  # validates the base
+    _validate(base)
     name = raw.get("name") or Path(source).stem
     if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
         raise ConfigError("name", f"{name!r}; allowed: letters, digits, '-' and '_'")
@@ -219,7 +227,7 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
             probe = _deep_copy(base)
             set_dotted(probe, key, v)
             try:
-                from_dict(RunConfig, probe)
+                _validate(probe)
             except ConfigError as err:
                 raise ConfigError(f"search.grid.{key}", str(err)) from None
 
