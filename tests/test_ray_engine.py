@@ -101,29 +101,31 @@ def test_ray_engine_is_bit_identical_to_local(tmp_path, local_reference, method,
 
 def _started_backend(cfg) -> RayBackend:
     """A started Ray backend on the digits CNN, for driving rounds by hand."""
-    from reuse_ray.engine import RunSetup, prepare_data
-    from reuse_ray.models import resolve_model_name
+    from reuse_ray.engine import make_setup, prepare_data
 
     data, parts = prepare_data(cfg)
     backend = RayBackend(cfg)
-    backend.start(
-        RunSetup(cfg, data.info, data.train, tuple(parts), resolve_model_name("cnn", "digits"))
-    )
+    backend.start(make_setup(cfg, data, parts)[0])
     return backend
 
 
 def test_dg_cache_lives_in_the_object_store(tmp_path):
-    from reuse_ray.algorithms import DGState
+    from reuse_ray.algorithms.dg_fedreuse import DGState
 
     backend = _started_backend(_ray(small_config(tmp_path, **METHODS["dg_fedreuse"]),
                                     num_workers=2))  # fmt: skip
     try:
         for t in (1, 2):
             backend.run_round(t, [0, 1, 2, 3])
+        # the state as values (a snapshot materialises the table) ...
         state = ray.get(backend.server.__ray_call__.remote(lambda self: self.core.state))
         assert isinstance(state, DGState) and set(state.cache) == {0, 1, 2, 3}
-        assert all(isinstance(e.handle, ray.ObjectRef) for e in state.cache.values())
-        assert backend.cache_bytes() == sum(e.nbytes for e in state.cache.values()) > 0
+        packed = list(state.cache.values())
+        # ... while inside the server actor the cached updates are object-store refs
+        refs = ray.get(backend.server.table_handles.remote())
+        assert len(refs) == 4 and all(isinstance(h, ray.ObjectRef) for h in refs)
+        heads = sum(4 * h.numel() for h in state.signature.values())
+        assert backend.memory_bytes()["server"] == sum(p.nbytes for p in packed) + heads > 0
     finally:
         backend.close()
 
@@ -137,15 +139,10 @@ def test_per_client_memories_live_in_the_object_store(tmp_path, method):
         for t in (1, 2):
             backend.run_round(t, [0, 1, 2, 3])
 
-        def handles(self):
-            if method == "scaffold":  # client-local c_i, kept for the clients
-                return [h for h, _ in self.core.local.values()]
-            st = self.core.state
-            bank = st if hasattr(st, "handles") else st.bank
-            return list(bank.handles.values())
-
-        refs = ray.get(backend.server.__ray_call__.remote(handles))
-        assert len(refs) == 4 and all(isinstance(h, ray.ObjectRef) for h in refs)
+        # memories y_i (or SCAFFOLD's client-kept c_i; LAQ adds its clients' (ε̂, clock))
+        refs = ray.get(backend.server.table_handles.remote())
+        assert len(refs) == (8 if method == "laq" else 4)
+        assert all(isinstance(h, ray.ObjectRef) for h in refs)
         memory = backend.memory_bytes()
         d = ray.get(backend.server.__ray_call__.remote(lambda self: self.core.layout.dim))
         if method == "scaffold":
