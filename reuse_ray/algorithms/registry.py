@@ -96,31 +96,36 @@ def load_module(ref: str) -> str:
     return ref
 
 
-def method_names() -> tuple[str, ...]:
+def _ordered() -> list[MethodSpec]:
+    """Built-in methods in BUILTIN_MODULES order (whatever was imported first), then others in
+    registration order: one order in every process, so every Parquet schema agrees."""
     load_builtins()
-    return tuple(_REGISTRY)
+    rank = {f"reuse_ray.algorithms.{m}": k for k, m in enumerate(BUILTIN_MODULES)}
+    specs = list(_REGISTRY.values())
+    return sorted(specs, key=lambda s: rank.get(s.module, len(rank)))
+
+
+def method_names() -> tuple[str, ...]:
+    return tuple(s.name for s in _ordered())
 
 
 def get_method(name: str) -> MethodSpec:
     """The registered method ``name``; KeyError lists the allowed names."""
     load_builtins()
     if name not in _REGISTRY:
-        raise KeyError(f"unknown method {name!r}; allowed: {', '.join(_REGISTRY)}")
+        raise KeyError(f"unknown method {name!r}; allowed: {', '.join(method_names())}")
     return _REGISTRY[name]
 
 
 def config_blocks() -> dict[str, type]:
     """block name -> config class, over every registered method (shared blocks once)."""
-    load_builtins()
-    return {s.block: s.config for s in _REGISTRY.values() if s.block is not None}
+    return {s.block: s.config for s in _ordered() if s.block is not None}
 
 
 def block_owners(block: str) -> list[str]:
-    load_builtins()
-    return [s.name for s in _REGISTRY.values() if s.block == block]
+    return [s.name for s in _ordered() if s.block == block]
 
 
 def spaces() -> dict[str, Callable]:
     """method name -> its define-by-run search space."""
-    load_builtins()
-    return {s.name: s.space for s in _REGISTRY.values() if s.space is not None}
+    return {s.name: s.space for s in _ordered() if s.space is not None}

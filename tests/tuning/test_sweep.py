@@ -231,7 +231,7 @@ def test_relative_results_dir_is_anchored_at_the_submitting_directory(tmp_path, 
     # follow them there
     monkeypatch.chdir(tmp_path)
     raw = yaml.safe_load(
-        Path(__file__).parent.parent.joinpath("sweeps/quickstart.yaml").read_text()
+        Path(__file__).resolve().parents[2].joinpath("sweeps/quickstart.yaml").read_text()
     )
     raw["results_dir"] = "out/qs"
     spec = parse_sweep(raw)

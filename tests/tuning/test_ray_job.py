@@ -14,7 +14,7 @@ import pytest
 from reuse_ray.results import read_table
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _free_port() -> int:
