@@ -7,9 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
-import pyarrow.dataset as ds
-import pyarrow.fs as pafs
-import pyarrow.parquet as pq
+
+from reuse_ray.results.reader import ResultsError, is_results_root, read_table_if_any
 
 TABLES = ("runs", "rounds", "client_events", "trials")
 
@@ -29,47 +28,20 @@ class Results:
     excluded: int = 0  # runs left out because they crashed, diverged or were interrupted
 
 
-def _resolve(location: str | Path) -> tuple[pafs.FileSystem, str]:
-    loc = str(location)
-    if "://" in loc:
-        return pafs.FileSystem.from_uri(loc)
-    return pafs.LocalFileSystem(), str(Path(loc).resolve())
-
-
-def _read(fs: pafs.FileSystem, root: str, table: str) -> pd.DataFrame | None:
-    base = f"{root}/{table}"
-    info = fs.get_file_info(base)
-    if info.type != pafs.FileType.Directory:
-        return None
-    files = [
-        f.path for f in fs.get_file_info(pafs.FileSelector(base, recursive=True))
-        if f.type == pafs.FileType.File and f.path.endswith(".parquet")
-        and not Path(f.path).name.startswith((".", "_"))
-    ]  # fmt: skip
-    for path in files:
-        try:
-            with fs.open_input_file(path) as fh:
-                pq.read_metadata(fh)
-        except Exception as err:  # noqa: BLE001 - any reader failure means a corrupt file
-            raise AnalysisError(f"corrupt Parquet file {path}: {err}") from None
-    if not files:
-        return None
-    return ds.dataset(base, filesystem=fs, format="parquet", partitioning="hive").to_table(
-    ).to_pandas()  # fmt: skip
-
-
 def load(locations: str | Path | list[str | Path], include_unfinished: bool = False) -> Results:
     """Load one or many results directories (a run's, a sweep's) into one :class:`Results`."""
     if isinstance(locations, str | Path):
         locations = [locations]
     frames: dict[str, list[pd.DataFrame]] = {t: [] for t in TABLES}
     for loc in locations:
-        fs, root = _resolve(loc)
-        if fs.get_file_info(root).type != pafs.FileType.Directory:
+        if not is_results_root(loc):
             raise AnalysisError(f"no results directory at {loc}")
-        got = {t: _read(fs, root, t) for t in TABLES}
+        try:
+            got = {t: read_table_if_any(loc, t) for t in TABLES}
+        except ResultsError as err:
+            raise AnalysisError(str(err)) from None
         if got["runs"] is None:
-            raise AnalysisError(f"{loc} holds no runs table (expected {root}/runs/...)")
+            raise AnalysisError(f"{loc} holds no runs table (expected {loc}/runs/...)")
         for t, df in got.items():
             if df is not None:
                 frames[t].append(df)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import pickle
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from .. import checkpoint
 from ..algorithms import MethodEnv, build_method
 from ..config import RunConfig, flatten, to_dict
 from ..data import class_counts, load_dataset, make_partition
@@ -154,7 +154,7 @@ def run_fl(
     say = progress or (lambda _msg: None)
     run_id = cfg.run_id
     writer = RunWriter(cfg.results_dir, run_id, cfg.method.name)
-    resumed: RunCheckpoint | None = pickle.loads(hooks.resume) if hooks.resume else None
+    resumed: RunCheckpoint | None = checkpoint.loads(hooks.resume) if hooks.resume else None
     if resumed is None:
         writer.clear_previous()
 
@@ -216,7 +216,7 @@ def run_fl(
             if (hooks.checkpoint_every and t % hooks.checkpoint_every == 0
                     and t < cfg.fl.rounds):  # fmt: skip
                 writer.flush(("rounds", "client_events"))
-                blob = pickle.dumps(recorder.checkpoint(t, backend.snapshot()))
+                blob = checkpoint.dumps(recorder.checkpoint(t, backend.snapshot()))
             if hooks.on_round is not None:
                 last = recorder.last_val
                 hooks.on_round(dict(row, last_val_acc=last[0] if last else None), blob)

@@ -1,4 +1,5 @@
-"""Read a results directory back into pandas, with clear errors for missing or corrupt files."""
+"""The one reader: a results root (a local path or a pyarrow filesystem URI) into pandas, with
+clear errors for missing or corrupt files. ``analysis`` reads through it too."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from .schema import SCHEMAS
@@ -15,18 +17,52 @@ class ResultsError(RuntimeError):
     """A results directory or file is missing or unreadable."""
 
 
-def read_table(results_dir: str | Path, table: str) -> pd.DataFrame:
-    """All rows of one table of a results directory (every run, every method)."""
+def resolve(location: str | Path) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path) of a results root: ``s3://…``, ``file://…`` or a local path."""
+    loc = str(location)
+    if "://" in loc:
+        return pafs.FileSystem.from_uri(loc)
+    return pafs.LocalFileSystem(), str(Path(loc).resolve())
+
+
+def is_results_root(location: str | Path) -> bool:
+    fs, root = resolve(location)
+    return fs.get_file_info(root).type == pafs.FileType.Directory
+
+
+def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
+    """All rows of one table (every run, every method), or None when the table has no file.
+
+    Hidden files (leading ``.`` or ``_``: a writer's attempt in progress) are skipped; a file
+    that is not valid Parquet raises :class:`ResultsError` naming it."""
     if table not in SCHEMAS:
         raise ValueError(f"unknown table {table!r}; allowed: {', '.join(SCHEMAS)}")
-    root = Path(results_dir) / table
-    if not root.is_dir():
-        raise ResultsError(f"no {table!r} table under {results_dir!s} (expected folder {root})")
-    files = sorted(p for p in root.rglob("*.parquet") if not p.name.startswith((".", "_")))
-    for f in files:
+    fs, root = resolve(location)
+    base = f"{root}/{table}"
+    if fs.get_file_info(base).type != pafs.FileType.Directory:
+        return None
+    files = [
+        f.path for f in fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        if f.type == pafs.FileType.File and f.path.endswith(".parquet")
+        and not Path(f.path).name.startswith((".", "_"))
+    ]  # fmt: skip
+    for path in files:
         try:
-            pq.read_metadata(f)
+            with fs.open_input_file(path) as fh:
+                pq.read_metadata(fh)
         except Exception as err:  # noqa: BLE001 - any reader failure means a corrupt file
-            raise ResultsError(f"corrupt Parquet file {f}: {err}") from None
-    dataset = ds.dataset(str(root), format="parquet", partitioning="hive")
+            raise ResultsError(f"corrupt Parquet file {path}: {err}") from None
+    if not files:
+        return None
+    dataset = ds.dataset(files, filesystem=fs, format="parquet",
+                         partitioning=ds.partitioning(flavor="hive"),
+                         partition_base_dir=base)  # fmt: skip
     return dataset.to_table().to_pandas()
+
+
+def read_table(location: str | Path, table: str) -> pd.DataFrame:
+    """All rows of one table of a results root; :class:`ResultsError` when there is none."""
+    df = read_table_if_any(location, table)
+    if df is None:
+        raise ResultsError(f"no {table!r} table under {location!s} (expected folder {table}/)")
+    return df

@@ -203,6 +203,9 @@ class _Schemas(Mapping[str, pa.Schema]):
             raise KeyError(table)
         return runs_schema() if table == "runs" else self._fixed[table]
 
+    def __contains__(self, table: object) -> bool:
+        return table in self._fixed  # without building the runs schema (no method imports)
+
     def __iter__(self) -> Iterator[str]:
         return iter(self._fixed)
 

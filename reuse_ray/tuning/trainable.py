@@ -17,7 +17,7 @@ from typing import Any
 from ..engine import RunHooks, make_backend, run_fl
 from .spec import SweepSpec
 
-STATE_FILE = "run_state.pkl"
+STATE_FILE = "run_state.pt"  # reuse_ray.checkpoint: data only, never unpickled as code
 
 
 def objective_value(
@@ -40,22 +40,23 @@ def objective_value(
     return acc
 
 
-def _metrics(spec: SweepSpec, row: dict[str, Any], reference: float | None) -> dict[str, Any]:
-    val = row.get("last_val_acc")
+def trial_metrics(spec: SweepSpec, row: dict[str, Any], val_acc: float | None,
+                  reference: float | None, run_id: str, status: str) -> dict[str, Any]:  # fmt: skip
+    """What a trial reports to Tune, from a ``rounds`` row (per round) or the ``runs`` row (at
+    the end): validation metrics and cumulative bytes only, never a test metric."""
+    saving = row["cum_saving_restricted"]
     return {
-        "round": row["round"],
-        "val_acc": val if val is not None else 0.0,
+        "round": row.get("round", row.get("rounds_completed")),
+        "val_acc": val_acc if val_acc is not None else 0.0,
         "cum_up_restricted": row["cum_up_restricted"],
         "cum_up_measured": row["cum_up_measured"],
         "cum_down_measured": row["cum_down_measured"],
-        "cum_saving_restricted": row["cum_saving_restricted"],
+        "cum_saving_restricted": saving if saving is not None else 0.0,
         "objective": objective_value(
-            spec.search.objective,
-            val,
-            row["cum_saving_restricted"],
-            reference,
-            spec.search.retention,
+            spec.search.objective, val_acc, saving, reference, spec.search.retention
         ),  # fmt: skip
+        "run_id": run_id,
+        "status": status,
     }
 
 
@@ -78,7 +79,8 @@ def trial_main(
             resume = (Path(d) / STATE_FILE).read_bytes()
 
     def on_round(row: dict[str, Any], blob: bytes | None) -> None:
-        metrics = dict(_metrics(spec, row, reference_val), run_id=cfg.run_id, status="running")
+        metrics = trial_metrics(spec, row, row.get("last_val_acc"), reference_val, cfg.run_id,
+                                "running")  # fmt: skip
         if blob is None:
             tune.report(metrics)
             return
@@ -101,15 +103,5 @@ def trial_main(
         backend = RayBackend(cfg, resources=pool)
     summary = run_fl(cfg, backend=backend, hooks=hooks)
     row = summary.row
-    tune.report({
-        "round": row["rounds_completed"], "val_acc": row["final_val_acc"] or 0.0,
-        "cum_up_restricted": row["cum_up_restricted"],
-        "cum_up_measured": row["cum_up_measured"],
-        "cum_down_measured": row["cum_down_measured"],
-        "cum_saving_restricted": row["cum_saving_restricted"] or 0.0,
-        "objective": objective_value(
-            spec.search.objective, row["final_val_acc"], row["cum_saving_restricted"],
-            reference_val, spec.search.retention,
-        ),
-        "run_id": cfg.run_id, "status": summary.status,
-    })  # fmt: skip
+    tune.report(trial_metrics(spec, row, row["final_val_acc"], reference_val, cfg.run_id,
+                              summary.status))  # fmt: skip

@@ -1,0 +1,77 @@
+"""The data-only checkpoint format: exact round trips, and nothing in a file runs code."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import os
+import pickle
+
+import pytest
+import torch
+from conftest import make_layout
+
+from reuse_ray import checkpoint
+from reuse_ray.accounting import RoundBytes
+from reuse_ray.algorithms.dg_fedreuse import DGState
+from reuse_ray.algorithms.table import ClientTable
+from reuse_ray.codecs import SparseUpdate, pack
+from reuse_ray.engine.recorder import RunCheckpoint
+
+
+def test_round_trip_of_a_run_checkpoint_is_exact():
+    layout = make_layout(3, 2)
+    packed = pack(SparseUpdate(5, torch.tensor([1, 4]), torch.tensor([0.5, -2.0])), layout)
+    state = DGState(ClientTable.from_values({3: packed}), {3: 2}, {3: torch.tensor([1.0, 2.0])})
+    ck = RunCheckpoint(
+        round=4, cum=RoundBytes(1, 2, 3, 4, 5), total_steps=7, last_val=(0.5, float("nan")),
+        rows={"rounds": [{"round": 1, "val_acc": None, "x": float("inf")}], "client_events": []},
+        server={"w": torch.arange(5.0), "state": state, "local": ClientTable.from_values(
+            {0: (0.25, 3), 1: torch.ones(2)}), "seen": frozenset({1, 2}), "b": b""},
+    )  # fmt: skip
+    back = checkpoint.loads(checkpoint.dumps(ck))
+    assert isinstance(back, RunCheckpoint) and back.round == 4 and back.cum == ck.cum
+    assert back.last_val[0] == 0.5 and math.isnan(back.last_val[1])
+    assert back.rows["rounds"][0] == {"round": 1, "val_acc": None, "x": float("inf")}
+    assert torch.equal(back.server["w"], torch.arange(5.0))
+    s = back.server["state"]
+    assert isinstance(s, DGState) and s.last_fresh == {3: 2} and s.cache[3] == packed
+    assert torch.equal(s.signature[3], torch.tensor([1.0, 2.0]))
+    local = back.server["local"]
+    assert local[0] == (0.25, 3) and torch.equal(local[1], torch.ones(2))
+    assert back.server["seen"] == frozenset({1, 2}) and back.server["b"] == b""
+
+
+class _Boom:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED_BY_CHECKPOINT",))
+
+
+def test_a_crafted_pickle_never_runs(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for blob in (pickle.dumps(_Boom()), pickle.dumps({"format": checkpoint.FORMAT, "x": _Boom()})):
+        with pytest.raises(checkpoint.CheckpointError, match="not a reuse_ray checkpoint"):
+            checkpoint.loads(blob)
+    buf = io.BytesIO()
+    torch.save({"format": checkpoint.FORMAT, "tree": "null", "tensors": [], "x": _Boom()}, buf)
+    with pytest.raises(checkpoint.CheckpointError):
+        checkpoint.loads(buf.getvalue())
+    assert not (tmp_path / "PWNED_BY_CHECKPOINT").exists()
+
+
+def _doc(tree, fmt=checkpoint.FORMAT) -> bytes:
+    buf = io.BytesIO()
+    torch.save({"format": fmt, "tree": json.dumps(tree), "tensors": []}, buf)
+    return buf.getvalue()
+
+
+def test_only_package_dataclasses_are_rebuilt_and_the_version_is_checked():
+    outside = {"__dataclass__": "subprocess:CompletedProcess", "fields": {}}
+    with pytest.raises(checkpoint.CheckpointError, match="outside reuse_ray; refused"):
+        checkpoint.loads(_doc(outside))
+    not_dc = {"__dataclass__": "reuse_ray.checkpoint:CheckpointError", "fields": {}}
+    with pytest.raises(checkpoint.CheckpointError, match="not a dataclass"):
+        checkpoint.loads(_doc(not_dc))
+    with pytest.raises(checkpoint.CheckpointError, match="this version reads"):
+        checkpoint.loads(_doc(None, fmt="reuse_ray.checkpoint/0"))
