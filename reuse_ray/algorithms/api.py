@@ -119,7 +119,8 @@ class ClientContext(Protocol):
         *,
         mu: float = 0.0,
         correction: dict[str, torch.Tensor] | None = None,
-    ) -> Any: ...  # fmt: skip  (a training.LocalResult: delta, mean_loss, steps, finite)
+        lr: float | None = None,  # overrides train.lr (a method's own schedule)
+    ) -> Any: ...  # a training.LocalResult: delta, mean_loss, steps, finite
 
     def head_proxy(
         self, task: ClientTask, w: torch.Tensor, purpose: Any, *, batches: int,

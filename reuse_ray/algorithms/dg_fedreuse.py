@@ -78,6 +78,9 @@ class DGConfig:
     proxy_batch_size: int = 64
     proxy_mode: str = "train"  # train (the seed) or eval (§6 item 9)
     normalize_signature: bool = False  # unit-normalise p_ref before the EMA (R5 alternative)
+    # clients the age cap forces fresh: skip their gate proxy (cheaper; gate_score null) |
+    # compute it as the seed's code does (charged, recorded, decision unchanged)
+    proxy_forced: str = "skip"
 
     def __post_init__(self) -> None:
         check_range("tau0", self.tau0, 0.0, 1.0)
@@ -96,6 +99,7 @@ class DGConfig:
         check_range("proxy_batches", self.proxy_batches, 1)
         check_range("proxy_batch_size", self.proxy_batch_size, 1)
         check_choice("proxy_mode", self.proxy_mode, ("train", "eval"))
+        check_choice("proxy_forced", self.proxy_forced, ("skip", "compute"))
 
 
 # --------------------------------------------------------------------------- pure math
@@ -249,13 +253,15 @@ class DGFedReuse:
         return tau_schedule(t, c.tau0, c.tau_min, c.gamma, c.schedule)
 
     def probes(self, state: DGState, t: int, selected: list[int]) -> tuple[ClientTask, ...]:
-        """Gate proxies for cacheful clients whose decision is still open (age < S)."""
+        """Gate proxies for cacheful clients whose decision is still open (age < S); with
+        ``proxy_forced='compute'`` also for those the age cap forces fresh."""
         if self.cfg.gate != "proxy":
             return ()
+        forced = self.cfg.proxy_forced == "compute"
         return tuple(
             ClientTask(i, t, GateProbe())
             for i in selected
-            if i in state.cache and (state.age(i, t) or 0) < self.cfg.max_age
+            if i in state.cache and (forced or (state.age(i, t) or 0) < self.cfg.max_age)
         )
 
     def _random_draws(self, t: int, i: int) -> tuple[float, float]:
@@ -279,7 +285,7 @@ class DGFedReuse:
             for i in selected:
                 if i not in state.cache:
                     scores[i] = 1.0  # cacheless ⇒ D = 1 (fresh)
-                elif i in probes:
+                elif i in probes:  # (age ≥ S with proxy_forced=compute: scored, still forced)
                     scores[i] = gate_distance(probes[i].value, state.signature[i], c.distance)
                 else:
                     scores[i] = None  # age ≥ S: forced fresh, no proxy computed

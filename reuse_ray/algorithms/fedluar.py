@@ -86,7 +86,7 @@ class FedLUARConfig:
     """FedLUAR (ALGORITHMS.md §2.4): δ layers recycled per round, chosen ∝ 1/score."""
 
     delta: int = 2  # δ; paper: 2 (CNN/FEMNIST), 10 (ResNet-20), 14 (WRN-28-10); must be < |L_rec|
-    weighting: str = "samples"  # samples: π_i (FedAvg family) | uniform: 1/|S_t| (reference code)
+    weighting: str = "uniform"  # uniform: 1/|S_t| (the authors' code) | samples: π_i (FedAvg)
 
     def __post_init__(self) -> None:
         check_range("delta", self.delta, 0)
@@ -112,7 +112,7 @@ class FedLUAR:
     env: MethodEnv
     compressor: TopK
     delta: int = 2
-    weighting: str = "samples"
+    weighting: str = "uniform"
     name: str = "fedluar"
 
     @property
@@ -121,7 +121,7 @@ class FedLUAR:
 
     def __post_init__(self) -> None:
         n = len(candidate_layers(self.layout))
-        if self.delta >= n:
+        if self.delta > 0 and self.delta >= n:  # δ = 0 (no recycling) fits any model
             raise ValueError(
                 f"method.fedluar.delta: {self.delta} is not below the model's {n} candidate "
                 f"layers (trainable tensors of rank >= 2); allowed: [0, {n - 1}]"

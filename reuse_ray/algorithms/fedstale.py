@@ -2,14 +2,24 @@
 
     v = Σ_{i∈S} (α_i/p_i)(Δ_i − β y_i) + β Σ_j α_j y_j,   w_{t+1} = w_t + η_s v,   y_i ← Δ_i
 
-β = 1 is FedVARP; β ∈ [0, 1] FedStale. p_i is known from the participation model or estimated
-online (p̂_i = (k_i + 1)/t). An empty round still moves by β Σ_j α_j y_j.
+β = 1 is FedVARP; β ∈ [0, 1] FedStale. Choices, each documented in docs/methods.md:
+
+* ``probs``: p_i ``known`` from the participation model; ``estimated`` online as the authors'
+  code does (FedAU's estimator, ``activity_estimator.py``): 1/p̂_i is the running mean of the
+  intervals between a client's participations, counted up to the previous round (1 before any
+  interval closed); or ``estimated_counts``: p̂_i = (k_i + 1)/t, the participation frequency
+  including this round.
+* ``empty_round``: ``skip`` (the authors' code returns early: nothing moves, no memory changes)
+  or ``apply`` (the paper's formula: w moves by β Σ_j α_j y_j).
+* ``server_weight_decay`` λ: the authors' server optimizer forms ``G + λ·x_t`` before adding the
+  history term (their code hard-codes 5e-4); 0 is the paper's rule. In the update convention the
+  step is ``w + η_s (v − λ w)``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -35,13 +45,35 @@ class FedStaleConfig:
     """FedVARP (β = 1, §2.7) and FedStale (β ∈ [0, 1], §2.8)."""
 
     beta: float = 0.5  # FedStale's mix; published runs 0.5 (FedVARP ignores it: β = 1)
-    probs: str = "known"  # known p_i from the participation model | estimated online (FedAU)
+    # known: p_i of the participation model | estimated: the authors' interval estimator
+    # (FedAU) | estimated_counts: (k_i + 1)/t
+    probs: str = "known"
     weights: str = "samples"  # α_i = n_i / Σ n | uniform 1/N
+    empty_round: str = "skip"  # skip: nothing moves (authors' code) | apply: w += η β Σ α_j y_j
+    server_weight_decay: float = 0.0  # λ; 0 = the paper's rule, 5e-4 = the authors' code
 
     def __post_init__(self) -> None:
         check_range("beta", self.beta, 0.0, 1.0)
-        check_choice("probs", self.probs, ("known", "estimated"))
+        check_choice("probs", self.probs, PROB_ESTIMATORS)
         check_choice("weights", self.weights, ("samples", "uniform"))
+        check_choice("empty_round", self.empty_round, ("skip", "apply"))
+        check_range("server_weight_decay", self.server_weight_decay, 0.0)
+
+
+PROB_ESTIMATORS = ("known", "estimated", "estimated_counts")
+
+
+def interval_weight(history: tuple[int, float, int] | None) -> float:
+    """1/p̂_i of the authors' estimator: the mean closed interval (1 before any closed)."""
+    return 1.0 if history is None or history[0] == 0 else history[1]
+
+
+def closed_interval(history: tuple[int, float, int] | None, t: int) -> tuple[int, float, int]:
+    """(intervals, their running mean, last round) after a participation in round t: the
+    interval since the last participation (since round 0 for the first) joins the mean."""
+    n, mean, last = history if history is not None else (0, 0.0, 0)
+    length = t - last
+    return n + 1, (n * mean + length) / (n + 1), t
 
 
 def fedstale_direction(
@@ -64,7 +96,9 @@ def fedstale_direction(
 @dataclass(frozen=True)
 class StaleState:
     bank: MemoryBank
-    participations: dict[int, int]  # k_i: rounds client i took part in (for estimated p_i)
+    participations: dict[int, int]  # k_i: rounds client i took part in (estimated_counts)
+    # per client (closed intervals, their mean, last participation round): estimated
+    intervals: dict[int, tuple[int, float, int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -74,8 +108,10 @@ class FedStale:
     env: MethodEnv
     compressor: TopK | ErrorFeedback
     beta: float = 0.5
-    estimate_probs: bool = False  # p̂_i = k_i / t: participations over rounds so far (FedAU)
+    probs_from: str = "known"  # known | estimated | estimated_counts (see FedStaleConfig)
     weights: str = "samples"
+    empty_round: str = "skip"
+    server_weight_decay: float = 0.0
     name: str = "fedstale"
 
     @property
@@ -99,24 +135,31 @@ class FedStale:
         return decode_update(messages[0], self.env.layout)
 
     def p_hat(self, state: StaleState, i: int, t: int) -> float:
-        if not self.estimate_probs:
+        if self.probs_from == "known":
             return self.probs[i]
+        if self.probs_from == "estimated":
+            return 1.0 / interval_weight(state.intervals.get(i))
         return (state.participations.get(i, 0) + 1) / t
 
     def server_step(self, state: StaleState, t, w, plan, uploads: dict[int, Received],
                     num_samples) -> StepResult:  # fmt: skip
+        if not uploads and self.empty_round == "skip":  # the authors return early
+            return StepResult(state, w.clone(), {}, {})
         alpha = population_weights(num_samples, self.weights)
         deltas = {i: u.value.to_dense() for i, u in uploads.items()}
         memory = {i: state.bank.get(i) for i in deltas}
         p = {i: self.p_hat(state, i, t) for i in deltas}
         v = fedstale_direction(deltas, memory, state.bank.total, alpha, p, self.beta)
+        if self.server_weight_decay:
+            v = v - self.server_weight_decay * w
         bank = state.bank.updated(deltas, alpha)
-        parts = dict(state.participations)
+        parts, intervals = dict(state.participations), dict(state.intervals)
         for i in deltas:
             parts[i] = parts.get(i, 0) + 1
+            intervals[i] = closed_interval(intervals.get(i), t)
         weights = {i: alpha[i] / p[i] for i in deltas}
-        return StepResult(StaleState(bank, parts), w + self.env.server_lr * v, weights,
-                          norms(deltas))  # fmt: skip
+        return StepResult(StaleState(bank, parts, intervals), w + self.env.server_lr * v,
+                          weights, norms(deltas))  # fmt: skip
 
     def memory_bytes(self, state: StaleState) -> int:
         return state.bank.nbytes()
@@ -135,8 +178,8 @@ def fedvarp_space(trial):
 
 
 def _build(params: FedStaleConfig, env: MethodEnv, beta: float, name: str) -> FedStale:
-    return FedStale(env, compressor_for(env), beta, params.probs == "estimated", params.weights,
-                    name)  # fmt: skip
+    return FedStale(env, compressor_for(env), beta, params.probs, params.weights,
+                    params.empty_round, params.server_weight_decay, name)  # fmt: skip
 
 
 @register("fedvarp", config=FedStaleConfig, block="fedstale", space=fedvarp_space,

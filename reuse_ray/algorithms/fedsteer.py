@@ -71,6 +71,20 @@ def fedsteer_direction(
     return v
 
 
+def remap_coords(
+    coords: torch.Tensor, old_core: tuple[int, ...], new_core: tuple[int, ...]
+) -> torch.Tensor:
+    """Coordinates against ``old_core`` re-expressed against ``new_core``: the column of a core
+    client kept in X moves with it; a new member's column starts at 0 (its h_j was never in the
+    subspace those coordinates were fitted to)."""
+    out = torch.zeros(coords.shape[0], len(new_core), dtype=coords.dtype)
+    where = {j: c for c, j in enumerate(old_core)}
+    for c, j in enumerate(new_core):
+        if j in where:
+            out[:, c] = coords[:, where[j]]
+    return out
+
+
 def _normalise(rows: torch.Tensor) -> torch.Tensor:
     return rows / (rows.norm(dim=1, keepdim=True) + NORM_EPS)
 
@@ -239,6 +253,15 @@ class FedSteer:
         s_before = state.coords
         if t <= self.warmup and g:
             coords, core = self._warmup(state, t, g, d, coords)
+            if not self.fidelity and core != state.core:
+                # clean mode: stale s_i were computed against the old X; re-map them by core
+                # id so coordinate j still points at the same core client (fresh rows keep
+                # their new coordinates)
+                s_before = remap_coords(state.coords, state.core, core)
+                fresh_rows = sorted(g)
+                remapped = s_before.clone()
+                remapped[fresh_rows] = coords[fresh_rows]
+                coords = remapped
         q = (torch.stack([self._h(state, j, dim) for j in core], 1) / k if core
              else torch.zeros(dim, 0))  # fmt: skip
         if t > self.warmup and core and active:

@@ -7,6 +7,12 @@ enough; otherwise it sends the bare skip flag and the server replays Q_i. Server
 ``w_{t+1} = w_t + η_s Σ_j α_j Q_j`` over every client's last upload. The client keeps ε̂_i (the
 quantisation error of its last upload) and its skip clock; the server's mirror of Q_i travels
 with the task.
+
+Two variants (``method.laq.variant``): ``fl`` (the default, an adaptation to FL rounds) forces a
+client's first upload, forces one after ``max_clock`` = 10 skips and averages the memories with
+population weights α_j; ``authors`` follows the authors' ``LAQ.py``: the first upload is decided
+by the skip rule against Q_i = 0, the clock is C = 100, and the server steps by the plain sum
+Σ_m Q_m (their α·Σ_m Q_m with α the learning rate, which Δ already carries).
 """
 
 from __future__ import annotations
@@ -51,16 +57,29 @@ class LAQConfig:
     history: int = 10  # D, past model changes in the skip threshold
     xi: float = 0.8  # Σ_d ξ_d; ξ_d = xi / min(D, rounds so far)
     c_thr: float = 0.01  # replaces 1/(α²M²): pseudo-updates are lr-scaled, ≈ 1/m²
-    max_clock: int = 10  # t̄: force an upload after this many skipped participations
-    weights: str = "samples"  # α_j of the server aggregate: samples | uniform
+    # t̄: force an upload after this many skipped participations (default: 10 for fl, 100 for
+    # authors)
+    max_clock: int | None = None
+    weights: str = "samples"  # α_j of the server aggregate (fl variant): samples | uniform
+    variant: str = "fl"  # fl: today's adaptation | authors: LAQ.py (rule-decided first upload,
+    # C = 100, server sum over workers)
 
     def __post_init__(self) -> None:
         check_range("bits", self.bits, 1, 16)
         check_range("history", self.history, 1)
         check_range("xi", self.xi, 0.0)
         check_range("c_thr", self.c_thr, 0.0)
-        check_range("max_clock", self.max_clock, 1)
+        if self.max_clock is not None:
+            check_range("max_clock", self.max_clock, 1)
         check_choice("weights", self.weights, ("samples", "uniform"))
+        check_choice("variant", self.variant, ("fl", "authors"))
+
+    @property
+    def clock(self) -> int:
+        """t̄ in force: the set value, else the variant's default."""
+        if self.max_clock is not None:
+            return self.max_clock
+        return 100 if self.variant == "authors" else 10
 
 
 # --------------------------------------------------------------------------- pure math
@@ -103,16 +122,18 @@ def laq_upload(
     threshold: float,
     clock: int,
     max_clock: int,
+    force_first: bool = True,
 ) -> tuple[bool, float]:
     """LAQ's skip rule: upload iff ‖Q(Δ) − Q_i‖² ≥ threshold + 3(ε + ε̂) or clock ≥ t̄.
 
     ε = ‖Q(Δ) − Δ‖² is returned too (it becomes ε̂ after an upload). A first visit (no Q_i)
-    always uploads.
+    always uploads with ``force_first``; otherwise the rule decides against Q_i = 0.
     """
     eps = float(((q_new - delta.to(torch.float32)) ** 2).sum())
-    if q_old is None or clock >= max_clock:
+    if (q_old is None and force_first) or clock >= max_clock:
         return True, eps
-    innovation = float(((q_new - q_old) ** 2).sum())
+    base = torch.zeros_like(q_new) if q_old is None else q_old
+    innovation = float(((q_new - base) ** 2).sum())
     return innovation >= threshold + 3.0 * (eps + eps_hat), eps
 
 
@@ -150,6 +171,7 @@ class LAQ:
     c_thr: float = 0.01
     max_clock: int = 10
     weights: str = "samples"
+    variant: str = "fl"
     name: str = "laq"
 
     def init_state(self, w0: torch.Tensor) -> LAQState:
@@ -170,7 +192,7 @@ class LAQ:
         eps_hat, clock = task.local if task.local is not None else (0.0, 0)
         radius, codes, q_new = laq_quantize(res.delta, work.q, self.bits)
         upload, eps = laq_upload(q_new, work.q, res.delta, eps_hat, work.threshold, clock,
-                                 self.max_clock)  # fmt: skip
+                                 self.max_clock, force_first=self.variant == "fl")  # fmt: skip
         if upload:
             msg, local = encode_laq(radius, codes, self.bits, **head), (eps, 0)
         else:
@@ -186,7 +208,10 @@ class LAQ:
 
     def server_step(self, state: LAQState, t, w, plan, uploads: dict[int, Received],
                     num_samples) -> StepResult:  # fmt: skip
-        alpha = population_weights(num_samples, self.weights)
+        if self.variant == "authors":  # Σ_m Q_m over the workers
+            alpha = dict.fromkeys(num_samples, 1.0)
+        else:
+            alpha = population_weights(num_samples, self.weights)
         q_new, decisions, norms = {}, {}, {}
         for i in sorted(uploads):
             if uploads[i].value is None:
@@ -217,4 +242,4 @@ def space(trial):
 @register("laq", config=LAQConfig, space=space, sparse_uplink=False)
 def build(params: LAQConfig, env: MethodEnv) -> LAQ:
     q = params
-    return LAQ(env, q.bits, q.history, q.xi, q.c_thr, q.max_clock, q.weights)
+    return LAQ(env, q.bits, q.history, q.xi, q.c_thr, q.clock, q.weights, q.variant)

@@ -33,11 +33,13 @@ class RunCheckpoint:
 
 
 def round_bytes(report: RoundReport, b0: int) -> RoundBytes:
-    """One round in both ledgers: every reported client's uplink and downlink, and B0 of dense
-    reference and downlink sensitivity per reported client."""
+    """One round in both ledgers (§3.3): every reported client's uplink and downlink, and B0 of
+    dense reference and of downlink sensitivity per client of S_t. Work done outside S_t
+    (``oracle``, ``fill``) is uplink and downlink, never reference."""
     rb = RoundBytes()
     for c in report.clients:
-        rb = rb + RoundBytes(c.up_restricted, b0, b0, c.up_measured, c.down_measured)
+        ref = b0 if c.decision.selected else 0
+        rb = rb + RoundBytes(c.up_restricted, ref, ref, c.up_measured, c.down_measured)
     return rb
 
 

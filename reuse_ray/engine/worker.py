@@ -37,15 +37,16 @@ class ClientWorker:
 
     def train(
         self, task: ClientTask, w: torch.Tensor, *, mu: float = 0.0,
-        correction: dict[str, torch.Tensor] | None = None,
+        correction: dict[str, torch.Tensor] | None = None, lr: float | None = None,
     ) -> LocalResult:  # fmt: skip
-        """ClientUpdate (§1.3) from w on the client's partition, keyed by (seed, round, client)."""
+        """ClientUpdate (§1.3) from w on the client's partition, keyed by (seed, round, client);
+        ``lr`` overrides ``train.lr`` (a method's own schedule)."""
         s, tc = self.setup, self.setup.cfg.train
         self._stage = "local training"
         res = local_update(
             self.model, self.layout, w, self.int_buffers, s.train, s.partitions[task.client],
             s.info, seed=s.cfg.seed, round_=task.round, client=task.client, epochs=tc.epochs,
-            batch_size=tc.batch_size, lr=tc.lr, momentum=tc.momentum,
+            batch_size=tc.batch_size, lr=tc.lr if lr is None else lr, momentum=tc.momentum,
             weight_decay=tc.weight_decay, mu=mu, correction=correction, augment=s.augment,
             amp=tc.amp, device=self.device,
         )  # fmt: skip

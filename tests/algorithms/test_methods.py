@@ -109,7 +109,8 @@ def test_methods_see_the_same_bernoulli_schedule(tmp_path):
 
 def _luar(delta=1):
     layout = shaped_layout([("a", (2, 2)), ("a_bias", (2,)), ("b", (1, 2)), ("c", (2, 1))])
-    return layout, FedLUAR(method_env(layout, seed=5), TopK(1.0), delta=delta)
+    return layout, FedLUAR(method_env(layout, seed=5), TopK(1.0), delta=delta,
+                           weighting="samples")  # fmt: skip
 
 
 def test_fedluar_candidates_round_one_and_recycling_oracle():
@@ -340,7 +341,8 @@ def test_fedvarp_full_participation_and_unbiasedness():
 
 
 def test_fedstale_estimated_probabilities():
-    algo = FedStale(method_env(None, 1, probs=(0.5,)), TopK(1.0), beta=0.0, estimate_probs=True)
+    algo = FedStale(method_env(None, 1, probs=(0.5,)), TopK(1.0), beta=0.0,
+                    probs_from="estimated_counts")  # fmt: skip
     st = algo.init_state(torch.zeros(1))
     assert algo.p_hat(st, 0, 4) == 0.25  # first participation at round 4: 1/4
     res = algo.server_step(st, 4, torch.zeros(1), _plan([0]), {0: _fresh(0, [1.0])}, {0: 1})
@@ -495,9 +497,10 @@ def test_every_method_handles_empty_rounds(tmp_path, method):
     assert not empty.empty and (empty["up_restricted"] == 0).all()
     after = empty[empty["seen"]]
     assert not after.empty
-    if method in ("mifa", "fedvarp", "fedstale", "ef21", "laq"):  # the memory average moves w
+    if method in ("mifa", "ef21", "laq"):  # the memory average moves w
         assert (after["update_norm"] > 0).all()
-    elif method in ("fedluar", "scaffold"):
+    elif method in ("fedluar", "scaffold", "fedvarp", "fedstale"):  # FedStale/FedVARP: the
+        # authors' code skips an empty round (method.fedstale.empty_round = skip)
         assert (after["update_norm"] == 0).all()
     else:  # FedSteer steps by Q Σ_i d_i s_i. Here the only warm-up round (round 1) is empty,
         # so no core set was searched and Q has no columns: the empty rounds leave w unchanged

@@ -53,8 +53,24 @@ CASES: dict[str, dict] = {
     "fedvarp": {"name": "fedvarp"},
     "fedstale_est": {
         "name": "fedstale",
-        "fedstale": {"probs": "estimated", "beta": 0.3},
+        "fedstale": {"probs": "estimated_counts", "beta": 0.3},
         "_fl": {"participation": "bernoulli"},
+    },
+    "fedstale_intervals": {
+        "name": "fedstale",
+        "fedstale": {"probs": "estimated", "server_weight_decay": 5e-4},
+        "_fl": {"participation": "bernoulli"},
+    },
+    "mifa_inverse": {"name": "mifa", "mifa": {"lr_schedule": "inverse"}},
+    "laq_authors": {
+        "name": "laq",
+        "laq": {"variant": "authors", "bits": 8},
+        "_fl": {"clients_per_round": 5, "rounds": 6},
+    },
+    "dg_forced_compute": {
+        "name": "dg_fedreuse",
+        "topk_ratio": 0.2,
+        "dg": {"tau0": 0.3, "tau_min": 0.1, "max_age": 2, "proxy_forced": "compute"},
     },
     "scaffold": {"name": "scaffold", "topk_ratio": 0.5},
     "ef21_pp": {"name": "ef21", "topk_ratio": 0.2},
