@@ -8,12 +8,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from reuse_ray.errors import UserError
 from reuse_ray.results.reader import ResultsError, is_results_root, read_table_if_any
 
 TABLES = ("runs", "rounds", "client_events", "trials")
 
 
-class AnalysisError(RuntimeError):
+class AnalysisError(UserError):
     """A results location is missing, empty or holds a file that is not valid Parquet."""
 
 

@@ -6,7 +6,7 @@ import html
 from pathlib import Path
 
 from . import plots, tables
-from .load import Results, load
+from .load import AnalysisError, Results, load
 
 
 def write_report(
@@ -23,10 +23,18 @@ def write_report(
     if isinstance(locations, str | Path):
         locations = [locations]
     res_all = load(locations)
-    out = Path(out) if out else Path(str(locations[0])) / "report"
-    out.mkdir(parents=True, exist_ok=True)
     res = _final_or_all(res_all)
     T = T or tables.common_round(res)
+    tables.check_round(res, T)  # every argument checked before anything is written
+    tables.check_arm(res, reference)
+    if target is not None and not 0.0 < target <= 1.0:
+        raise AnalysisError(f"--target {target}: a validation accuracy — allowed: (0, 1]")
+    out = Path(out) if out else Path(str(locations[0])) / "report"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise AnalysisError(f"--out: cannot create {str(out)!r} ({err.strerror or err}) — "
+                            "give a writable folder") from None  # fmt: skip
     which = "final stage" if _has_final(res_all) else "all stages"
     md = [f"# reuse_ray report\n\nSources: {', '.join(str(x) for x in locations)}\n",
           f"Runs compared: {len(res.runs)} finished ({which}); excluded unfinished runs: "

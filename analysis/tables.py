@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from .load import Results
+from .load import AnalysisError, Results
 from .stats import bootstrap_ci, mean_sd
 
 
@@ -47,10 +47,28 @@ def _paired(df: pd.DataFrame, value: str, arm: str, reference: str, seed: int) -
             "lo": lo, "hi": hi}  # fmt: skip
 
 
+def check_round(res: Results, T: int) -> None:
+    """T must be a round every run completed; the error names the rounds that exist."""
+    last = common_round(res)
+    if isinstance(T, bool) or not isinstance(T, int) or not 1 <= T <= last:
+        raise AnalysisError(f"--round {T}: every run completed rounds 1..{last} — allowed: "
+                            f"1 to {last}")  # fmt: skip
+
+
+def check_arm(res: Results, arm: str | None) -> None:
+    """A reference arm must be one of the runs' arms; the error lists them."""
+    arms = sorted(res.runs["arm"].unique())
+    if arm is not None and arm not in arms:
+        raise AnalysisError(f"--reference {arm!r} is not an arm of these results — allowed: "
+                            + "; ".join(arms))  # fmt: skip
+
+
 def fixed_budget(res: Results, T: int | None = None, reference: str | None = None,
                  seed: int = 0) -> pd.DataFrame:  # fmt: skip
     """Accuracy and savings at round T per (dataset, arm), with paired differences."""
     T = T or common_round(res)
+    check_round(res, T)
+    check_arm(res, reference)
     df = at_round(res, T)
     arms = sorted(df["arm"].unique())
     reference = reference or next((a for a in arms if a.startswith("fedavg")), arms[0])

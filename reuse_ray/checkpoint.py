@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from .errors import UserError
+
 FORMAT = "reuse_ray.checkpoint/1"
 
 
-class CheckpointError(ValueError):
+class CheckpointError(UserError):
     """A checkpoint file is not one this version wrote, or names a class it may not build."""
 
 

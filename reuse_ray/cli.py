@@ -1,44 +1,52 @@
-"""Command line: ``reuse-ray run CONFIG.yaml [--set a.b=value ...]`` and ``reuse-ray fetch``."""
+"""Command line: ``reuse-ray run | sweep | report | fetch`` (also ``python -m reuse_ray``).
+
+A mistake in what the user gave is one line, ``reuse-ray: <what> — <allowed / what to do>``,
+and exit status 2; ``--debug`` (or ``REUSE_RAY_DEBUG=1``) adds the traceback. Any other error is
+a bug: its traceback is shown, with a line saying so.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+import traceback
 from pathlib import Path
 
-from .config import ConfigError, load_run_config
+from .errors import UserError
 
 
 def _print(msg: str) -> None:
     print(msg, flush=True)
 
 
+def _run_overrides(args: argparse.Namespace) -> list[str]:
+    overrides = list(args.set or [])
+    if getattr(args, "results", None):
+        overrides.append(f"results_dir={args.results}")
+    if getattr(args, "backend", None):
+        overrides.append(f"engine.backend={args.backend}")
+    return overrides
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    from .data import DatasetUnavailableError
+    from .config import load_run_config
     from .engine import run_fl
 
-    overrides = list(args.set or [])
-    if args.results:
-        overrides.append(f"results_dir={args.results}")
-    if args.backend:
-        overrides.append(f"engine.backend={args.backend}")
+    cfg = load_run_config(args.config, _run_overrides(args))
     try:
-        cfg = load_run_config(args.config, overrides)
-    except (ConfigError, FileNotFoundError) as err:
-        print(f"reuse-ray: {err}", file=sys.stderr)
-        return 2
-    try:
-        summary = run_fl(cfg, progress=_print)
-    except DatasetUnavailableError as err:
-        print(f"reuse-ray: {err}", file=sys.stderr)
-        return 2
+        summary = run_fl(cfg, progress=_print, force=args.force)
     finally:
         _shutdown_ray()
     row = summary.row
     out = Path(cfg.results_dir).resolve()
+
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.4f}"
+
     _print(
-        f"run {summary.run_id}: {summary.status}; final val_acc={row['final_val_acc']}, "
-        f"test_acc={row['test_acc']}, cumulative restricted uplink saving="
+        f"run {summary.run_id}: {summary.status}; final val_acc={fmt(row['final_val_acc'])}, "
+        f"test_acc={fmt(row['test_acc'])}, cumulative restricted uplink saving="
         f"{100 * (row['cum_saving_restricted'] or 0):.3f}%"
     )
     _print(f"results: {out}  (pandas.read_parquet('{out}/rounds'))")
@@ -46,36 +54,32 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .data import DatasetUnavailableError
     from .tuning import load_sweep, run_sweep
 
     overrides = list(args.set or [])
     if args.results:
         overrides.append(f"results_dir={args.results}")
-    try:
-        spec = load_sweep(args.sweep, overrides)
-    except (ConfigError, FileNotFoundError) as err:
-        print(f"reuse-ray: {err}", file=sys.stderr)
-        return 2
+    spec = load_sweep(args.sweep, overrides)
     try:
         run_sweep(spec, resume=args.resume, final_only=args.final, say=_print)
-    except (DatasetUnavailableError, FileNotFoundError, FileExistsError, ValueError) as err:
-        print(f"reuse-ray: {err}", file=sys.stderr)
-        return 2
     finally:
         _shutdown_ray()
     return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from analysis import AnalysisError, write_report
+    from analysis import write_report
 
-    try:
-        path = write_report(args.results, args.out, args.round, args.reference, args.target)
-    except (AnalysisError, ValueError) as err:
-        print(f"reuse-ray: {err}", file=sys.stderr)
-        return 2
+    path = write_report(args.results, args.out, args.round, args.reference, args.target)
     _print(f"report: {path.resolve()} (and report.html, PNG figures beside it)")
+    return 0
+
+
+def cmd_fetch(args: argparse.Namespace) -> int:
+    from .data import fetch
+
+    root = fetch(args.dataset, args.root, args.image_size)
+    _print(f"{args.dataset} is in {root}")
     return 0
 
 
@@ -87,23 +91,29 @@ def _shutdown_ray() -> None:
             ray.shutdown()
 
 
-def cmd_fetch(args: argparse.Namespace) -> int:
-    from .data import fetch
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line and exit 2, like every other user mistake."""
 
-    root = fetch(args.dataset, args.root, args.image_size)
-    _print(f"{args.dataset} is in {root}")
-    return 0
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(2, f"reuse-ray: {message} — see `{self.prog} --help`\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="reuse-ray", description=__doc__)
-    sub = p.add_subparsers(dest="command", required=True)
+    p = _Parser(prog="reuse-ray", description=__doc__.splitlines()[0])
+    p.add_argument("--debug", action="store_true", help="show tracebacks of user errors too")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one FL run from a config (or a sweep file's base block)")
     r.add_argument("config", help="YAML run config, or a sweep file whose base: block is used")
     r.add_argument("--set", action="append", metavar="a.b=value", help="override a field")
     r.add_argument("--results", help="results directory (overrides results_dir)")
     r.add_argument(
         "--backend", choices=["ray", "local"], help="engine backend (default: engine.backend)"
+    )
+    r.add_argument(
+        "--force",
+        action="store_true",
+        help="recompute a run that already finished in this results directory (the finished "
+        "rows are replaced only when the new attempt finishes)",
     )
     r.set_defaults(func=cmd_run)
     sw = sub.add_parser("sweep", help="run a Ray Tune + Optuna sweep from a sweep file")
@@ -141,7 +151,25 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    debug = args.debug or os.environ.get("REUSE_RAY_DEBUG", "") not in ("", "0")
+    try:
+        return args.func(args)
+    except UserError as err:
+        if debug:
+            traceback.print_exc()
+        print(f"reuse-ray: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("reuse-ray: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # noqa: BLE001 - anything else is a bug: keep its traceback
+        traceback.print_exc()
+        print(
+            "reuse-ray: unexpected error — this is a bug in reuse_ray; please report it with the "
+            "traceback above (rerun with --debug for user errors' tracebacks)",
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,13 +13,15 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from .errors import UserError
+from .yamlio import load_yaml_mapping, parse_yaml
 
 DATASETS = (
     "digits",
@@ -39,7 +41,10 @@ BACKENDS = ("ray", "local")
 DEVICES = ("auto", "cpu", "cuda")
 
 
-class ConfigError(ValueError):
+MAX_SEED = 2**63 - 1  # seeds are int64 in Parquet and in numpy's SeedSequence entropy
+
+
+class ConfigError(UserError):
     """A configuration value is unknown, of the wrong type or out of range."""
 
     def __init__(self, field_path: str, message: str):
@@ -106,7 +111,7 @@ class DataConfig:
     def __post_init__(self) -> None:
         _check_choice("name", self.name, DATASETS)
         _check_range("val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
-        _check_range("split_seed", self.split_seed, 0)
+        _check_range("split_seed", self.split_seed, 0, MAX_SEED)
         _check_choice("image_size", str(self.image_size), ("28", "64", "128", "224"))
         _check_range("synthetic_samples", self.synthetic_samples, 20)
         if len(self.synthetic_shape) != 3 or min(self.synthetic_shape) < 1:
@@ -389,7 +394,7 @@ class RunConfig:
     results_dir: str = "results"
 
     def __post_init__(self) -> None:
-        _check_range("seed", self.seed, 0)
+        _check_range("seed", self.seed, 0, MAX_SEED)
 
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
@@ -435,20 +440,23 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
         if not isinstance(value, bool):
             raise ConfigError(path, f"expected true or false, got {value!r}")
         return value
-    if tp is int:
+    if tp is int:  # an integral float such as 2.0 is refused too: say 2
         if isinstance(value, bool) or not isinstance(value, int):
-            if isinstance(value, float) and value.is_integer():
-                return int(value)
             raise ConfigError(path, f"expected an integer, got {value!r}")
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
+            number = None
             if isinstance(value, str):
                 try:
-                    return float(value)  # YAML reads "1e-4" without a dot as a string
+                    number = float(value)  # YAML reads "1e-4" without a dot as a string
                 except ValueError:
                     pass
-            raise ConfigError(path, f"expected a number, got {value!r}")
+            if number is None:
+                raise ConfigError(path, f"expected a number, got {value!r}")
+            value = number
+        if not math.isfinite(value):
+            raise ConfigError(path, f"{value!r} is not a finite number; allowed: finite numbers")
         return float(value)
     if tp is str:
         if isinstance(value, bool):
@@ -559,22 +567,26 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ConfigError(item, "override must look like a.b=value")
         key, raw = item.split("=", 1)
-        value = yaml.safe_load(raw)
+        value = parse_yaml(raw, f"--set {item}") if raw.strip() else ""
         if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
             value = raw.strip()  # off/on/yes/no on the command line mean the word
         set_dotted(data, key.strip(), value)
     return data
 
 
+SWEEP_KEYS = ("name", "base", "search", "trial", "final", "results_dir", "checkpoint_every")
+
+
 def load_config_dict(path: str | Path) -> dict[str, Any]:
     """Read a run config YAML; a sweep file's ``base:`` block is the run config."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"config file not found: {p}")
-    raw = yaml.safe_load(p.read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError("<root>", f"{p} must hold a mapping of fields")
+    raw = load_yaml_mapping(path, "config")
     if "base" in raw:
+        stray = sorted(k for k in raw if k not in SWEEP_KEYS)
+        if stray:
+            raise ConfigError(
+                stray[0], f"{path} is a sweep file (it has base:), so run-config fields belong "
+                "under base:; allowed at its top: " + ", ".join(SWEEP_KEYS),
+            )  # fmt: skip
         base = raw["base"] or {}
         if not isinstance(base, dict):
             raise ConfigError("base", "expected a mapping of run-config fields")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from .errors import UserError
 from .rng import Purpose, torch_seed
 
 HEAD_KEYS = ("classifier", "fc")
@@ -25,7 +26,10 @@ class ShallowCNN(nn.Module):
         self.pool = nn.MaxPool2d(2)
         h, w = height // 4, width // 4
         if h < 1 or w < 1:
-            raise ValueError(f"model: input {height}x{width} is too small for the shallow CNN")
+            raise UserError(
+                f"model: input {height}x{width} is too small for the shallow CNN "
+                "— allowed: images of at least 4x4 (data.synthetic_shape)"
+            )
         self.hidden = nn.Linear(64 * h * w, hidden)
         self.fc = nn.Linear(hidden, num_classes)
 
@@ -62,7 +66,7 @@ def build_model(
         return ShallowCNN(c, num_classes, h, w, hidden)
     if name == "resnet18":
         return resnet18(c, num_classes)
-    raise ValueError(f"model.name: unknown model {name!r}; allowed: auto, cnn, resnet18")
+    raise UserError(f"model.name: unknown model {name!r}; allowed: auto, cnn, resnet18")
 
 
 def init_model(

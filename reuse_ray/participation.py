@@ -22,6 +22,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from .config import RunConfig
+from .errors import UserError
 from .rng import Purpose, generator
 
 
@@ -70,7 +71,7 @@ def participation_probs(
     n, m = fl.num_clients, fl.clients_per_round
     if fl.participation == "adversarial":
         if client_labels is None or num_classes is None:
-            raise ValueError(
+            raise UserError(
                 "fl.participation: 'adversarial' depends on each client's labels; "
                 "pass client_labels and num_classes (the engine does)"
             )

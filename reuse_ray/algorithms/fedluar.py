@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from ..config import check_choice, check_range
+from ..errors import UserError
 from ..rng import Purpose, generator
 from ..state import StateLayout
 from .api import (
@@ -122,7 +123,7 @@ class FedLUAR:
     def __post_init__(self) -> None:
         n = len(candidate_layers(self.layout))
         if self.delta > 0 and self.delta >= n:  # δ = 0 (no recycling) fits any model
-            raise ValueError(
+            raise UserError(
                 f"method.fedluar.delta: {self.delta} is not below the model's {n} candidate "
                 f"layers (trainable tensors of rank >= 2); allowed: [0, {n - 1}]"
             )

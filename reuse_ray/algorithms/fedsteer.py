@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from ..config import check_choice, check_range
+from ..errors import UserError
 from ..rng import Purpose, generator
 from ..state import StateLayout
 from .api import FRESH, ORACLE, ClientTask, MethodEnv, Received, RoundPlan, StepResult
@@ -195,7 +196,7 @@ class FedSteer:
     def __post_init__(self) -> None:
         n = self.env.num_clients
         if self.core_size > n:
-            raise ValueError(
+            raise UserError(
                 f"method.fedsteer.core_size: {self.core_size} is more than the {n} clients; "
                 f"allowed: [1, {n}]"
             )

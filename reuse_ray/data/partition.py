@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import UserError
 from ..rng import Purpose, generator
 
 MAX_DIRICHLET_TRIES = 200
@@ -26,7 +27,7 @@ def dirichlet_partition(
     """Label-Dirichlet(α) partition with a minimum-size guarantee."""
     n = len(y)
     if num_clients * min_size > n:
-        raise ValueError(
+        raise UserError(
             f"partition: {num_clients} clients x min_size {min_size} needs {num_clients * min_size}"
             f" samples but the training split has {n}; lower partition.min_size or fl.num_clients"
         )
@@ -61,7 +62,10 @@ def _top_up(parts: list[list[int]], min_size: int) -> None:
 def iid_partition(n: int, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
     """Uniform random split into near-equal parts."""
     if num_clients > n:
-        raise ValueError(f"partition: {num_clients} clients but only {n} training samples")
+        raise UserError(
+            f"fl.num_clients: {num_clients} clients but only {n} training samples "
+            "— allowed: at most one client per sample"
+        )
     perm = rng.permutation(n)
     return [np.sort(p.astype(np.int64)) for p in np.array_split(perm, num_clients)]
 
@@ -72,7 +76,10 @@ def shards_partition(
     """Sort by label, cut into N·s shards and deal s random shards to each client."""
     num_shards = num_clients * shards_per_client
     if num_shards > len(y):
-        raise ValueError(f"partition: {num_shards} shards but only {len(y)} training samples")
+        raise UserError(
+            f"partition: {num_shards} shards but only {len(y)} training samples — "
+            "lower fl.num_clients or partition.shards_per_client"
+        )
     order = rng.permutation(len(y))
     order = order[np.argsort(y[order], kind="stable")]
     shards = np.array_split(order, num_shards)
@@ -97,7 +104,7 @@ def make_partition(
         return iid_partition(len(y), num_clients, rng)
     if kind == "shards":
         return shards_partition(y, num_clients, shards_per_client, rng)
-    raise ValueError(f"partition.kind: unknown value {kind!r}; allowed: dirichlet, iid, shards")
+    raise UserError(f"partition.kind: unknown value {kind!r}; allowed: dirichlet, iid, shards")
 
 
 def class_counts(parts: list[np.ndarray], y: np.ndarray, num_classes: int) -> np.ndarray:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import UserError
 from ..rng import Purpose, generator
 
 DOWNLOAD_HINT = (
@@ -26,7 +27,7 @@ DOWNLOAD_HINT = (
 )
 
 
-class DatasetUnavailableError(RuntimeError):
+class DatasetUnavailableError(UserError):
     """A dataset's files are missing under the data root and downloading is not allowed."""
 
 
@@ -120,10 +121,16 @@ def _carve_val(
     return ArraySplit(x[keep], y[keep]), ArraySplit(x[val], y[val])
 
 
-def _unavailable(name: str, root: Path, err: Exception | None = None) -> DatasetUnavailableError:
-    msg = f"dataset {name!r} is not available under data root {str(root)!r}; " + (
-        DOWNLOAD_HINT.format(name=name, root=root)
-    )
+def _unavailable(
+    name: str, root: Path, err: Exception | None = None, download: bool = False
+) -> DatasetUnavailableError:
+    if download:  # `fetch` or data.download=true: the download itself failed
+        msg = (f"downloading dataset {name!r} into {str(root)!r} failed — check this machine's "
+               "network access, or copy the dataset's files into that folder")  # fmt: skip
+    else:
+        msg = f"dataset {name!r} is not available under data root {str(root)!r}; " + (
+            DOWNLOAD_HINT.format(name=name, root=root)
+        )
     if err is not None:
         lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
         msg += f" (loader said: {lines[0] if lines else type(err).__name__})"
@@ -181,7 +188,7 @@ def _tv_arrays(name: str, root: Path, train: bool, download: bool) -> ArraySplit
         else:  # pragma: no cover - guarded by the registry
             raise KeyError(name)
     except (RuntimeError, OSError) as err:
-        raise _unavailable(name, root, err) from None
+        raise _unavailable(name, root, err, download) from None
     if name.startswith("cifar"):
         x = np.ascontiguousarray(np.asarray(ds.data, dtype=np.uint8).transpose(0, 3, 1, 2))
         y = np.asarray(ds.targets, dtype=np.int64)
@@ -245,7 +252,7 @@ def _medmnist_arrays(root: Path, split: str, size: int, download: bool) -> Array
     try:
         ds = medmnist.PathMNIST(**kwargs)
     except (RuntimeError, OSError, FileNotFoundError) as err:
-        raise _unavailable("pathmnist", root, err) from None
+        raise _unavailable("pathmnist", root, err, download) from None
     imgs = np.asarray(ds.imgs, dtype=np.uint8)
     if imgs.ndim == 3:
         imgs = imgs[:, :, :, None]
@@ -290,22 +297,35 @@ def load_dataset(cfg) -> FederatedData:
     try:
         loader = LOADERS[cfg.name]
     except KeyError:
-        raise ValueError(
+        raise UserError(
             f"data.name: unknown dataset {cfg.name!r}; allowed: {', '.join(LOADERS)}"
         ) from None
     return loader(cfg)
 
 
+FETCHABLE = ("mnist", "fashionmnist", "emnist_balanced", "cifar10", "cifar100", "pathmnist")
+MEDMNIST_SIZES = (28, 64, 128, 224)
+
+
 def fetch(name: str, root: str | None, image_size: int = 28) -> Path:
     """Download a dataset's train and test files into the data root (needs internet)."""
+    if name in ("digits", "synthetic"):
+        return default_root(root)  # embedded or generated: nothing to download
+    if name not in FETCHABLE:
+        raise UserError(f"fetch: unknown dataset {name!r} — allowed: {', '.join(FETCHABLE)}")
+    if name == "pathmnist" and image_size not in MEDMNIST_SIZES:
+        raise UserError(f"fetch --image-size: {image_size} — allowed: "
+                        + ", ".join(map(str, MEDMNIST_SIZES)))  # fmt: skip
     r = default_root(root)
-    r.mkdir(parents=True, exist_ok=True)
+    try:
+        r.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserError(f"fetch --root: cannot create {str(r)!r} ({err.strerror or err}) — "
+                        "give a writable folder") from None  # fmt: skip
     if name in _TV_INFO:
         _tv_arrays(name, r, True, True)
         _tv_arrays(name, r, False, True)
     elif name == "pathmnist":
         for split in ("train", "val", "test"):
             _medmnist_arrays(r, split, image_size, True)
-    elif name not in ("digits", "synthetic"):
-        raise ValueError(f"unknown dataset {name!r}; allowed: {', '.join(LOADERS)}")
     return r

@@ -24,6 +24,7 @@ from ..algorithms.api import ClientTask, RoundPlan
 from ..config import RunConfig
 from ..engine.records import ClientOutcome, RoundReport, RunSetup
 from ..engine.round import play_round
+from ..errors import UserError
 from .actors import ClientWorkerActor, ServerActor, _as_tensor
 from .resources import pool_size_from_resources
 
@@ -67,6 +68,9 @@ class RayBackend:
         resources = self.resources or ray.cluster_resources()
         self.device = resolve_device(self.cfg, resources)
         use_gpu = self.device == "cuda"
+        if use_gpu and resources.get("GPU", 0.0) <= 0:
+            raise UserError("engine.device: cuda, but the Ray cluster offers no GPU — allowed "
+                            "here: cpu or auto")  # fmt: skip
         size = pool_size_from_resources(
             resources, clients_per_round=self.cfg.fl.clients_per_round, use_gpu=use_gpu,
             cpu_per_worker=e.cpu_per_worker, gpu_fraction=e.gpu_fraction,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+from ..errors import UserError
+
 
 def pool_size_from_resources(
     resources: dict[str, float],
@@ -36,5 +38,8 @@ def pool_size_from_resources(
     if num_workers > 0:
         size = min(size, num_workers)
     if size < 1:
-        raise ValueError(f"engine: no client worker fits in the cluster's resources ({what})")
+        raise UserError(
+            f"engine: no client worker fits in the cluster's resources ({what}) — "
+            "lower engine.cpu_per_worker / engine.gpu_fraction or add resources"
+        )
     return size

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -25,9 +27,11 @@ from ..algorithms import MethodEnv, build_method
 from ..config import RunConfig, flatten, to_dict
 from ..data import class_counts, load_dataset, make_partition
 from ..data.registry import FederatedData
+from ..errors import UserError
 from ..models import head_parameter_names, init_model, resolve_model_name
 from ..participation import participation_probs
 from ..results import RunWriter
+from ..results.writer import COMPLETE
 from ..state import StateLayout
 from ..training import configure_determinism, evaluate
 from .backend import Backend
@@ -52,6 +56,9 @@ class RunHooks:
     checkpoint_every: int = 0  # rounds between checkpoints (0: none)
     save_checkpoint: Callable[[bytes, int], None] | None = None  # (state blob, round)
     resume: bytes | None = None  # a blob from save_checkpoint to continue from
+    # a complete result of this run id already in results_dir: recompute it (its rows are
+    # replaced when the new attempt finishes) instead of refusing
+    force: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -71,6 +78,32 @@ def _fmt_bytes(n: float) -> str:
             return f"{n:.1f}{unit}" if unit != "B" else f"{int(n)}B"
         n /= 1000
     return str(n)
+
+
+def check_environment(cfg: RunConfig) -> None:
+    """What a run needs from this machine, checked before any data or Ray work: a writable
+    results directory, and CUDA where ``engine.device=cuda`` runs in this process."""
+    root = Path(cfg.results_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".write-check-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as err:
+        raise UserError(f"results_dir: cannot write to {str(root)!r} ({err.strerror or err}) — "
+                        "give a writable folder (--results)") from None  # fmt: skip
+    e = cfg.engine
+    starts_local_ray = e.backend == "ray" and not (e.ray_address or os.environ.get("RAY_ADDRESS"))
+    if e.device == "cuda" and (e.backend == "local" or starts_local_ray):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("engine.device: cuda, but this machine has no usable GPU — "
+                            "allowed here: cpu or auto")  # fmt: skip
+    cpus = os.cpu_count() or 1
+    if starts_local_ray and e.device != "cuda" and e.cpu_per_worker > cpus:
+        raise UserError(f"engine.cpu_per_worker: {e.cpu_per_worker:g}, but this machine has "
+                        f"{cpus} CPUs — allowed: (0, {cpus}]")  # fmt: skip
 
 
 def make_backend(cfg: RunConfig) -> Backend:
@@ -145,9 +178,15 @@ def run_fl(
     progress: Progress | None = None,
     data: FederatedData | None = None,
     hooks: RunHooks | None = None,
+    force: bool = False,
 ) -> RunSummary:
-    """Run one FL run to round T and write its Parquet rows; returns the ``runs`` row."""
+    """Run one FL run to round T and write its Parquet rows; returns the ``runs`` row.
+
+    A complete result (finished or diverged) of the same run id in ``results_dir`` is never
+    destroyed: without ``force`` (or ``hooks.force``) the run refuses to start; with it, the new
+    attempt's rows replace the old ones only when it finishes."""
     hooks = hooks or RunHooks()
+    check_environment(cfg)
     t_start = time.perf_counter()
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     configure_determinism(cfg.train.threads)
@@ -156,7 +195,17 @@ def run_fl(
     writer = RunWriter(cfg.results_dir, run_id, cfg.method.name)
     resumed: RunCheckpoint | None = checkpoint.loads(hooks.resume) if hooks.resume else None
     if resumed is None:
-        writer.clear_previous()
+        previous = writer.previous_status()
+        if previous in COMPLETE:
+            if not (force or hooks.force):
+                raise UserError(
+                    f"run {run_id} already {previous} in {cfg.results_dir} — nothing was "
+                    "recomputed; pass --force to recompute it (the old rows stay until the new "
+                    "attempt finishes)"
+                )
+            writer.stage()
+        else:
+            writer.clear_previous()
 
     if data is None:
         data = load_dataset(cfg.data)
@@ -254,4 +303,6 @@ def run_fl(
             })  # fmt: skip
             writer.set_run_row(run_row)
             writer.flush()
+            if status in COMPLETE:
+                writer.commit()
     return RunSummary(run_id, status, run_row, str(cfg.results_dir))

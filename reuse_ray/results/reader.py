@@ -10,10 +10,11 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+from ..errors import UserError
 from .schema import SCHEMAS
 
 
-class ResultsError(RuntimeError):
+class ResultsError(UserError):
     """A results directory or file is missing or unreadable."""
 
 

@@ -46,14 +46,23 @@ def write_atomic(path: Path, table: pa.Table) -> None:
             tmp.unlink()
 
 
+COMPLETE = ("finished", "diverged")  # a run in these states is a result; never destroyed
+
+
 class RunWriter:
-    """Accumulates one run's rows and writes its files under the results directory."""
+    """Accumulates one run's rows and writes its files under the results directory.
+
+    When the results directory already holds a complete result of the same run id, a new
+    attempt writes beside it under hidden names (which readers skip) and :meth:`commit` puts
+    its files in place only when it has finished, so the old rows are never lost to a crash.
+    """
 
     def __init__(self, results_dir: str | Path, run_id: str, method: str):
         self.results_dir = Path(results_dir)
         self.run_id = run_id
         self.method = method
         self.rows: dict[str, list[dict[str, Any]]] = {t: [] for t in RUN_TABLES}
+        self.staged = False
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         self.rows[table].append(row)
@@ -61,16 +70,48 @@ class RunWriter:
     def set_run_row(self, row: dict[str, Any]) -> None:
         self.rows["runs"] = [row]
 
-    def path(self, table: str) -> Path:
+    def final_path(self, table: str) -> Path:
         return table_path(self.results_dir, table, self.method, self.run_id)
+
+    def path(self, table: str) -> Path:
+        p = self.final_path(table)
+        return p.with_name(f".{p.stem}.attempt.parquet") if self.staged else p
+
+    def previous_status(self) -> str | None:
+        """The status in this run id's existing ``runs`` file, if there is one."""
+        p = self.final_path("runs")
+        if not p.exists():
+            return None
+        try:
+            status = pq.read_table(p, columns=["status"]).column("status").to_pylist()
+        except Exception:  # noqa: BLE001 - an unreadable file is no finished result
+            return None
+        return status[0] if status else None
+
+    def stage(self) -> None:
+        """Write this attempt under hidden names until :meth:`commit`."""
+        self.staged = True
+
+    def commit(self) -> None:
+        """Put a staged attempt's files in place of the previous ones (one rename each)."""
+        if not self.staged:
+            return
+        for table in RUN_TABLES:
+            staged = self.path(table)
+            if staged.exists():
+                os.replace(staged, self.final_path(table))
+        self.staged = False
 
     def flush(self, tables: tuple[str, ...] | None = None) -> None:
         for table in tables or tuple(RUN_TABLES):
             write_atomic(self.path(table), rows_to_table(table, self.rows[table]))
 
     def clear_previous(self) -> None:
-        """Remove files a previous attempt of this run id left, so rows never mix."""
+        """Remove files an unfinished previous attempt of this run id left, so rows never mix.
+        A complete result is never removed here (see :meth:`stage`)."""
+        if self.previous_status() in COMPLETE:
+            raise RuntimeError(f"refusing to remove the complete result of run {self.run_id}")
         for table in RUN_TABLES:
-            p = self.path(table)
+            p = self.final_path(table)
             if p.exists():
                 p.unlink()

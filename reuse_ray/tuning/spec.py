@@ -36,9 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from ..config import ConfigError, RunConfig, apply_overrides, from_dict, set_dotted
+from ..config import MAX_SEED, ConfigError, RunConfig, apply_overrides, from_dict, set_dotted
+from ..yamlio import load_yaml_mapping
 
 SEARCHERS = ("tpe", "nsga2", "random", "grid", "none")
 OBJECTIVES = ("val_acc", "pareto", "retention")
@@ -156,6 +155,18 @@ def _own_block_only(method: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in method.items() if k not in others}
 
 
+def _seed(path: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ConfigError(path, f"{value!r}; allowed: an integer in [0, 2**63 - 1]")
+
+
+def _checkpoint_every(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError("checkpoint_every", f"{value!r}; allowed: rounds between trial "
+                          "checkpoints, an integer >= 0 (0: none)")  # fmt: skip
+    return value
+
+
 def _deep_copy(d: Any) -> Any:
     if isinstance(d, dict):
         return {k: _deep_copy(v) for k, v in d.items()}
@@ -203,12 +214,19 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
 
     s = _take(raw.get("search"), "search", tuple(SearchSpec.__dataclass_fields__))
     search = SearchSpec(**s)
+    if search.space is not None and not isinstance(search.space, str):
+        raise ConfigError("search.space", f"expected a space name, got {search.space!r}")
     _choice("search.searcher", search.searcher, SEARCHERS)
     _choice("search.objective", search.objective, OBJECTIVES)
     _positive("search.num_samples", search.num_samples, integer=True)
     _positive("search.max_concurrent_trials", search.max_concurrent_trials, True, zero=True)
-    if not 0 < search.retention <= 1:
-        raise ConfigError("search.retention", f"{search.retention!r}; allowed: (0, 1]")
+    _seed("search.seed", search.seed)
+    for key in ("grid", "reference"):
+        if not isinstance(getattr(search, key), dict):
+            raise ConfigError(f"search.{key}", "expected a mapping of dotted run-config fields")
+    r = search.retention
+    if isinstance(r, bool) or not isinstance(r, int | float) or not 0 < r <= 1:
+        raise ConfigError("search.retention", f"{r!r}; allowed: a number in (0, 1]")
     if search.searcher in ("grid", "none"):
         if not search.grid:
             raise ConfigError("search.grid", f"the {search.searcher} searcher needs a grid")
@@ -242,17 +260,21 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     final = None
     if raw.get("final") is not None:
         f = _take(raw.get("final"), "final", ("seeds", "top", "compare"))
-        final = FinalSpec(tuple(f.get("seeds") or ()), f.get("top", 1),
-                          tuple(f.get("compare") or ()))  # fmt: skip
-        if not final.seeds:
-            raise ConfigError("final.seeds", "the final stage needs at least one fresh seed")
+        seeds, compare = f.get("seeds") or (), f.get("compare") or ()
+        if not isinstance(seeds, list | tuple) or not seeds:
+            raise ConfigError("final.seeds", "the final stage needs a list of fresh seeds")
+        for v in seeds:
+            _seed("final.seeds", v)
+        if not isinstance(compare, list | tuple) or not all(isinstance(c, dict) for c in compare):
+            raise ConfigError("final.compare", "expected a list of mappings of run-config fields")
+        final = FinalSpec(tuple(seeds), f.get("top", 1), tuple(compare))
         _positive("final.top", final.top, integer=True)
     spec = SweepSpec(
         name=name, base=base, search=search, trial=trial, final=final,
         # absolute, because Tune runs each trial in its own working directory: a relative path
         # would scatter the Parquet tables over the trials' folders
         results_dir=str(Path(raw.get("results_dir") or f"results/sweeps/{name}").absolute()),
-        checkpoint_every=int(raw.get("checkpoint_every", 5)),
+        checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
     )  # fmt: skip
     if search.searcher == "none" and final is None:
         raise ConfigError("final", "searcher none runs the grid in the final stage; add final:")
@@ -268,11 +290,6 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
     """Read, override (``a.b=value``, dotted from the file's root) and validate a sweep file."""
-    p = Path(path)
-    if not p.is_file():
-        raise FileNotFoundError(f"sweep file not found: {p}")
-    raw = yaml.safe_load(p.read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ConfigError("<root>", f"{p} must hold a mapping")
+    raw = load_yaml_mapping(path, "sweep file")
     apply_overrides(raw, overrides or [])
-    return parse_sweep(raw, str(p))
+    return parse_sweep(raw, str(path))

@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from ..errors import UserError
 from ..results import read_table, rows_to_table, write_atomic
 from .spaces import load_space
 from .spec import SweepSpec
@@ -44,7 +46,7 @@ def derive_concurrency(spec: SweepSpec, resources: dict[str, float]) -> int:
     if spec.search.max_concurrent_trials > 0:
         n = min(n, spec.search.max_concurrent_trials)
     if n < 1:
-        raise ValueError(
+        raise UserError(
             f"trial: one trial needs {need} but the cluster offers {resources}; lower trial.cpus, "
             "trial.workers or trial.cpu_per_worker"
         )
@@ -151,10 +153,14 @@ def _trials_table(spec: SweepSpec, results, reference: float | None) -> pd.DataF
         except Exception:  # noqa: BLE001 - a bad parameter combination is reported as an error
             run_id = None
         status = "error" if r.error else metrics.get("status", "unknown")
-        if run_id is not None and runs is not None and run_id in runs.index:
-            status = runs.loc[run_id, "status"] if not r.error else "error"
         val = metrics.get("val_acc")
         saving = metrics.get("cum_saving_restricted")
+        if run_id is not None and runs is not None and run_id in runs.index:
+            # the runs table is the record: a run that diverged before its first evaluation has
+            # no validation accuracy there (NaN), whatever Tune was told to keep its searcher going
+            status = runs.loc[run_id, "status"] if not r.error else "error"
+            val = _float_or_nan(runs.loc[run_id, "final_val_acc"])
+            saving = _float_or_nan(runs.loc[run_id, "cum_saving_restricted"])
         rows.append({
             "sweep": spec.name, "stage": "search", "trial_id": metrics.get("trial_id"),
             "run_id": run_id, "searcher": spec.search.searcher,
@@ -162,16 +168,32 @@ def _trials_table(spec: SweepSpec, results, reference: float | None) -> pd.DataF
             "val_acc": val, "cum_up_restricted": metrics.get("cum_up_restricted"),
             "cum_saving_restricted": saving,
             "objective_value": objective_value(spec.search.objective, val, saving, reference,
-                                               spec.search.retention) if val is not None else None,
+                                               spec.search.retention)
+                               if val is not None and not math.isnan(val) else None,
             "reference_val_acc": reference, "on_pareto_front": False, "selected": False,
             "params_json": json.dumps(params, sort_keys=True, default=str),
-            "error": str(r.error).splitlines()[0] if r.error else None,
+            "error": _error_text(r.error) if r.error else None,
         })  # fmt: skip
     df = pd.DataFrame(rows)
     if len(df):
         ok = df["status"].eq("finished") & df["val_acc"].notna()
-        df.loc[ok, "on_pareto_front"] = pareto_front(df[ok]).to_numpy()
+        if ok.any():
+            df.loc[ok, "on_pareto_front"] = pareto_front(df[ok]).to_numpy()
     return df
+
+
+def _error_text(err: BaseException) -> str:
+    """One line naming what failed in a trial: the original exception, not Ray's wrapper."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, BaseException) and cause is not err:
+        return f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(err).splitlines()]
+    lines = [ln for ln in lines if ln]
+    return lines[-1] if lines else type(err).__name__
+
+
+def _float_or_nan(v: Any) -> float:
+    return float("nan") if v is None or pd.isna(v) else float(v)
 
 
 def _safe_runs(results_dir: str) -> pd.DataFrame | None:
@@ -210,7 +232,7 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
     search_dir = Path(spec.results_dir, "_tune", f"{spec.name}-search")
     final_dir = Path(spec.results_dir, "_tune", f"{spec.name}-final")
     if (search_dir.exists() or final_dir.exists()) and not resume and not final_only:
-        raise FileExistsError(
+        raise UserError(
             f"sweep {spec.name!r} already has results in {Path(spec.results_dir).resolve()}; "
             "pass --resume to continue it, or --results DIR for a new one"
         )
@@ -238,7 +260,7 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
         } for c in combos])  # fmt: skip
     elif final_only:
         if not trials_path.is_file():
-            raise FileNotFoundError(f"--final needs a finished search: {trials_path} is missing")
+            raise UserError(f"--final needs a finished search: {trials_path} is missing")
         trials = pd.read_parquet(trials_path)
     else:
         reference = _reference_val(spec, say)
@@ -262,7 +284,12 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
             f"cum_saving={100 * (best.cum_saving_restricted or 0):.2f}% params={best.params_json}"
         )
     else:
-        say("no search trial finished; nothing to select")
+        say(f"no search trial finished ({len(trials)} trials); trials table: {trials_path}")
+        for _, t in trials.iterrows():
+            say(f"  trial {t['trial_id'] or '?'} {t['status']}: {t['error'] or 'no error text'} "
+                f"params={t['params_json']}")  # fmt: skip
+        raise UserError(f"sweep {spec.name!r}: no search trial finished — every trial's error "
+                        f"is listed above and in {trials_path}")  # fmt: skip
     final_runs = None
     if spec.final is not None and selected:
         points = []

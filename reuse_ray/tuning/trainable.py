@@ -92,6 +92,7 @@ def trial_main(
         stage=stage, evaluate_test=stage == "final", sweep=spec.name, trial_id=trial_id,
         on_round=on_round, checkpoint_every=spec.checkpoint_every, resume=resume,
         extra={"label": label},
+        force=True,  # a repeated identical trial recomputes the same rows and replaces them
     )  # fmt: skip
     backend = make_backend(cfg)
     if cfg.engine.backend == "ray":

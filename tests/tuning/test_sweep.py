@@ -62,7 +62,7 @@ def ray_runtime():
         ({"search": {"space": "fedavg", "num_samples": 0}}, "search.num_samples", "> 0"),
         ({"trial": {"backend": "spark"}}, "trial.backend", "local, ray"),
         ({"final": {"seeds": [5, 6]}}, "final.seeds", "[5] were used by the search"),
-        ({"final": {"seeds": []}}, "final.seeds", "at least one"),
+        ({"final": {"seeds": []}}, "final.seeds", "needs a list of fresh seeds"),
         ({"bogus": 1}, "bogus", "unknown field"),
     ],
 )
@@ -237,3 +237,20 @@ def test_relative_results_dir_is_anchored_at_the_submitting_directory(tmp_path, 
     spec = parse_sweep(raw)
     assert spec.results_dir == str(tmp_path / "out" / "qs")
     assert spec.run_config().results_dir == str(tmp_path / "out" / "qs")
+
+
+def test_a_sweep_whose_every_trial_fails_writes_its_trials_and_says_why(tmp_path, capsys):
+    from reuse_ray.errors import UserError
+
+    raw = sweep(tmp_path, search={"space": "fedavg", "searcher": "random", "num_samples": 2,
+                                  "seed": 0})  # fmt: skip
+    raw["base"]["method"] = {"name": "fedavg"}
+    raw["base"]["data"] = {"name": "synthetic", "synthetic_shape": [1, 2, 2]}  # CNN too small
+    spec = parse_sweep(raw)
+    said = []
+    with pytest.raises(UserError, match="no search trial finished"):
+        run_sweep(spec, say=said.append)
+    trials = pd.read_parquet(Path(spec.results_dir) / "trials" / "t.parquet")
+    assert len(trials) == 2 and (trials["status"] == "error").all()
+    assert trials["error"].str.contains("too small for the shallow CNN").all()
+    assert any("too small for the shallow CNN" in line for line in said)

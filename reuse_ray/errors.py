@@ -1,0 +1,14 @@
+"""The one error type for user mistakes (issue: every bad input a one-line error).
+
+Anything the user gave — a config field, a YAML file, a sweep spec, a command-line argument, a
+results root, the environment a run asks for (a GPU, enough CPUs, a writable folder) — that is
+wrong raises a :class:`UserError` as early as possible. The CLI prints it as one line,
+``reuse-ray: <what> — <allowed / what to do>``, and exits 2; ``--debug`` (or
+``REUSE_RAY_DEBUG=1``) adds the traceback. Any other exception is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+
+class UserError(ValueError):
+    """A mistake in what the user gave; its message says what and what is allowed."""

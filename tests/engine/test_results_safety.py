@@ -1,0 +1,83 @@
+"""No finished result is ever lost, and no results file can run code."""
+
+from __future__ import annotations
+
+import os
+import pickle
+
+import pytest
+from conftest import small_config
+
+from reuse_ray.checkpoint import CheckpointError
+from reuse_ray.engine import LocalBackend, RunHooks, run_fl
+from reuse_ray.errors import UserError
+from reuse_ray.results import read_table
+
+
+def _tables(root):
+    return {t: read_table(root, t) for t in ("runs", "rounds", "client_events")}
+
+
+class _CrashAt(LocalBackend):
+    """Fails in round ``t`` (a killed process, as far as the files are concerned)."""
+
+    def __init__(self, t: int):
+        super().__init__()
+        self.t = t
+
+    def run_round(self, t, selected):
+        if t == self.t:
+            raise KeyboardInterrupt("killed")
+        return super().run_round(t, selected)
+
+
+def test_rerunning_a_finished_run_never_destroys_it(tmp_path):
+    cfg = small_config(tmp_path, fl__rounds=3)
+    assert run_fl(cfg).status == "finished"
+    before = _tables(cfg.results_dir)
+    with pytest.raises(UserError, match="already finished .* --force"):
+        run_fl(cfg)
+    with pytest.raises(KeyboardInterrupt):  # --force, killed at round 2
+        run_fl(cfg, backend=_CrashAt(2), force=True)
+    after = _tables(cfg.results_dir)
+    assert after["runs"].iloc[0]["status"] == "finished" and len(after["rounds"]) == 3
+    for t in before:
+        assert (
+            before[t]
+            .drop(columns=["wall_s", "round_wall_s", "started_at"], errors="ignore")
+            .equals(
+                after[t].drop(columns=["wall_s", "round_wall_s", "started_at"], errors="ignore")
+            )
+        )
+    # a forced attempt that finishes replaces the rows, and leaves no hidden attempt behind
+    assert run_fl(cfg, force=True).status == "finished"
+    again = _tables(cfg.results_dir)
+    assert len(again["rounds"]) == 3 and again["runs"].iloc[0]["status"] == "finished"
+    left = [p for p in cfg_files(cfg.results_dir) if ".attempt." in p]
+    assert left == []
+
+
+def cfg_files(root):
+    return [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+
+
+def test_an_unfinished_attempt_is_replaced_without_force(tmp_path):
+    cfg = small_config(tmp_path, fl__rounds=3, fl__eval_every=1)
+    with pytest.raises(KeyboardInterrupt):
+        run_fl(cfg, backend=_CrashAt(3))
+    assert read_table(cfg.results_dir, "runs").iloc[0]["status"] == "failed"
+    assert run_fl(cfg).status == "finished"  # not a result yet: a plain rerun replaces it
+    assert len(read_table(cfg.results_dir, "rounds")) == 3
+
+
+class _Boom:
+    def __reduce__(self):
+        return (os.system, ("touch PWNED_BY_RESUME",))
+
+
+def test_a_crafted_resume_file_runs_no_code(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = small_config(tmp_path)
+    with pytest.raises(CheckpointError, match="not a reuse_ray checkpoint"):
+        run_fl(cfg, hooks=RunHooks(resume=pickle.dumps({"round": 1, "x": _Boom()})))
+    assert not (tmp_path / "PWNED_BY_RESUME").exists()

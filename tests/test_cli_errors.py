@@ -1,0 +1,286 @@
+"""Every bad input is one line, exit 2, no traceback (and --debug shows the traceback).
+
+Each case writes what it needs under a temporary folder, calls the CLI in process and checks the
+outcome: a one-line ``reuse-ray: …`` message naming the field, file or argument, with exit 2.
+The first block is the inputs a new user tried; the second, more of our own.
+"""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from reuse_ray.cli import main
+
+RUN = {  # a valid, quick local run config
+    "seed": 1,
+    "data": {"name": "digits"},
+    "model": {"name": "cnn", "hidden": 16},
+    "train": {"epochs": 1, "batch_size": 64},
+    "fl": {"num_clients": 10, "clients_per_round": 2, "rounds": 1, "eval_every": 1},
+    "method": {"name": "fedavg"},
+    "engine": {"backend": "local"},
+}
+SWEEP = {
+    "name": "bad",
+    "base": RUN,
+    "search": {"searcher": "tpe", "space": "fedavg", "num_samples": 2},
+}
+
+
+def _file(tmp, name, content):
+    p = tmp / name
+    if isinstance(content, bytes):
+        p.write_bytes(content)
+    else:
+        p.write_text(content if isinstance(content, str) else yaml.safe_dump(content))
+    return str(p)
+
+
+def _with(base, path, value):
+    out = yaml.safe_load(yaml.safe_dump(base))
+    cur = out
+    keys = path.split(".")
+    for k in keys[:-1]:
+        cur = cur.setdefault(k, {})
+    cur[keys[-1]] = value
+    return out
+
+
+def run_cfg(**sets):
+    return lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--results", str(tmp / "res"),
+                        *sum((["--set", f"{k}={v}"] for k, v in sets.items()), [])]  # fmt: skip
+
+
+def run_file(content):
+    return lambda tmp: ["run", _file(tmp, "c.yaml", content), "--results", str(tmp / "res")]
+
+
+def sweep_file(content):
+    return lambda tmp: ["sweep", _file(tmp, "s.yaml", content), "--results", str(tmp / "res")]
+
+
+def run_set(*items):
+    return lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--results", str(tmp / "res"),
+                        *sum((["--set", i] for i in items), [])]  # fmt: skip
+
+
+REPORTED = [  # the inputs of the issue
+    ("yaml-run", run_file("fl: {rounds: 3\nseed: 1\n"), "c.yaml: not valid YAML at line"),
+    ("yaml-sweep", sweep_file("name: x\nbase: [1, 2\n"), "s.yaml: not valid YAML at line"),
+    ("yaml-tab", run_file("fl:\n\trounds: 3\n"), "not valid YAML at line 2"),
+    ("yaml-set", run_set("train.lr=[1"), "--set train.lr=[1: not valid YAML"),
+    ("seed-2**70", run_set(f"seed={2**70}"), "'seed'"),
+    (
+        "num-clients-5000",
+        run_set("fl.num_clients=5000", "fl.clients_per_round=5"),
+        "fl.num_clients",
+    ),
+    (
+        "synthetic-1x2x2",
+        run_set("data.name=synthetic", "data.synthetic_shape=[1,2,2]"),
+        "too small for the shallow CNN",
+    ),
+    (
+        "fedluar-delta",
+        run_set("method.name=fedluar", "method.fedluar.delta=100"),
+        "method.fedluar.delta: 100",
+    ),
+    (
+        "fedsteer-core",
+        run_set("method.name=fedsteer", "method.fedsteer.core_size=50"),
+        "method.fedsteer.core_size: 50",
+    ),
+    (
+        "cpu-per-worker",
+        run_set("engine.backend=ray", "engine.cpu_per_worker=4096"),
+        "engine.cpu_per_worker",
+    ),
+    (
+        "results-proc",
+        lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--results", "/proc/x"],
+        "results_dir: cannot write",
+    ),
+    (
+        "fetch-root-proc",
+        lambda tmp: ["fetch", "mnist", "--root", "/proc/x"],
+        "fetch --root: cannot create",
+    ),
+    ("cuda-no-gpu", run_set("engine.device=cuda"), "engine.device: cuda"),
+    ("retention-high", sweep_file(_with(SWEEP, "search.retention", "high")), "search.retention"),
+    ("checkpoint-often", sweep_file(_with(SWEEP, "checkpoint_every", "often")), "checkpoint_every"),
+    ("search-seed-zero", sweep_file(_with(SWEEP, "search.seed", "zero")), "search.seed"),
+    (
+        "report-round-9999",
+        lambda tmp: ["report", str(tmp / "done"), "--round", "9999"],
+        "--round 9999: every run completed rounds 1..1",
+    ),
+    (
+        "report-reference",
+        lambda tmp: ["report", str(tmp / "done"), "--reference", "nope"],
+        "--reference 'nope' is not an arm",
+    ),
+    ("fetch-imagenet", lambda tmp: ["fetch", "imagenet"], "fetch: unknown dataset 'imagenet'"),
+    (
+        "fetch-size-7",
+        lambda tmp: ["fetch", "pathmnist", "--image-size", "7"],
+        "fetch --image-size: 7",
+    ),
+    ("duplicate-key", run_file("fl: {rounds: 1}\nfl: {rounds: 2}\n"), "duplicate key 'fl'"),
+    ("empty-config", run_file(""), "is empty"),
+    ("lr-inf", run_set("train.lr=inf"), "not a finite number"),
+    ("rounds-2.0", run_set("fl.rounds=2.0"), "expected an integer, got 2.0"),
+    ("config-dir", lambda tmp: ["run", str(tmp)], "is a directory"),
+    ("sweep-dir", lambda tmp: ["sweep", str(tmp)], "is a directory"),
+    ("base-drops-keys", run_file({"base": RUN, "fl": {"rounds": 3}}), "belong under base:"),
+    ("other-method-block", run_set("method.dg.rho=0.5"), "method.dg': a block of method"),
+]
+
+OWN = [  # more of our own
+    ("unknown-top-field", run_set("bogus=1"), "'bogus': unknown field"),
+    ("unknown-nested", run_set("train.lrr=0.1"), "'train.lrr': unknown field"),
+    ("string-for-int", run_set("fl.rounds=ten"), "expected an integer"),
+    ("negative-rounds", run_set("fl.rounds=-1"), "'fl.rounds'"),
+    ("cpr-over-n", run_set("fl.clients_per_round=11"), "fl.clients_per_round"),
+    ("topk-zero", run_set("method.topk_ratio=0"), "method.topk_ratio"),
+    ("topk-laq", run_set("method.name=laq", "method.topk_ratio=0.5"), "allowed: 1.0"),
+    ("ef-laq", run_set("method.name=laq", "method.error_feedback=true"), "allowed with"),
+    ("unknown-method", run_set("method.name=fedfoo"), "unknown method 'fedfoo'"),
+    ("module-missing", run_set("method.module=nowhere/x.py"), "method.module"),
+    ("module-unimportable", run_set("method.module=no_such_pkg.mod"), "cannot import"),
+    ("unknown-dataset", run_set("data.name=imagenet"), "'data.name'"),
+    ("unknown-partition", run_set("partition.kind=zipf"), "'partition.kind'"),
+    ("momentum-1", run_set("train.momentum=1.0"), "'train.momentum'"),
+    ("eval-every-0", run_set("fl.eval_every=0"), "'fl.eval_every'"),
+    ("participation", run_set("fl.participation=sometimes"), "'fl.participation'"),
+    ("group-probs-empty", run_set("fl.group_probs=[]"), "'fl.group_probs'"),
+    ("model-name", run_set("model.name=vgg"), "'model.name'"),
+    ("backend", run_set("engine.backend=spark"), "'engine.backend'"),
+    ("device", run_set("engine.device=tpu"), "'engine.device'"),
+    ("seed-negative", run_set("seed=-3"), "'seed'"),
+    ("lr-nan", run_set("train.lr=nan"), "not a finite number"),
+    ("set-no-equals", run_set("fl.rounds"), "override must look like"),
+    ("set-into-scalar", run_set("seed.x=1"), "'seed' is not a block"),
+    ("yaml-list-root", run_file("- 1\n- 2\n"), "must hold a mapping"),
+    ("binary-config", run_file(b"\xff\xfe\x00\x81bad"), "cannot be read"),
+    (
+        "dg-tau-order",
+        run_set("method.name=dg_fedreuse", "method.dg.tau_min=0.99"),
+        "method.dg.tau_min",
+    ),
+    (
+        "fedstale-empty-round",
+        run_set("method.name=fedstale", "method.fedstale.empty_round=x"),
+        "method.fedstale.empty_round",
+    ),
+    ("laq-variant", run_set("method.name=laq", "method.laq.variant=paper"), "method.laq.variant"),
+    (
+        "mifa-schedule",
+        run_set("method.name=mifa", "method.mifa.lr_schedule=cosine"),
+        "method.mifa.lr_schedule",
+    ),
+    ("sweep-searcher", sweep_file(_with(SWEEP, "search.searcher", "annealing")), "search.searcher"),
+    ("sweep-num-samples", sweep_file(_with(SWEEP, "search.num_samples", 0)), "search.num_samples"),
+    ("sweep-space", sweep_file(_with(SWEEP, "search.space", "nope")), "unknown space 'nope'"),
+    (
+        "sweep-grid-scalar",
+        sweep_file(_with(_with(SWEEP, "search.searcher", "grid"), "search.grid", {"fl.rounds": 3})),
+        "search.grid",
+    ),
+    (
+        "sweep-final-reuses-seed",
+        sweep_file(_with(SWEEP, "final", {"seeds": [1]})),
+        "were used by the search",
+    ),
+    ("sweep-final-no-seeds", sweep_file(_with(SWEEP, "final", {"seeds": []})), "final.seeds"),
+    ("sweep-trial-backend", sweep_file(_with(SWEEP, "trial", {"backend": "k8s"})), "trial.backend"),
+    ("sweep-bad-base", sweep_file(_with(SWEEP, "base.fl.rounds", "x")), "'fl.rounds'"),
+    ("report-missing", lambda tmp: ["report", str(tmp / "nothing")], "no results directory"),
+    ("report-target", lambda tmp: ["report", str(tmp / "done"), "--target", "2"], "--target 2.0"),
+    (
+        "unknown-flag",
+        lambda tmp: ["run", "x.yaml", "--frobnicate"],
+        "unrecognized arguments: --frobnicate",
+    ),
+    ("no-command", lambda tmp: [], "the following arguments are required"),
+]
+
+
+@pytest.fixture(scope="module")
+def done(tmp_path_factory):
+    """A results folder holding one finished 1-round run (for report cases)."""
+    root = tmp_path_factory.mktemp("done")
+    assert main(["run", _file(root, "c.yaml", RUN), "--results", str(root / "done")]) == 0
+    return root / "done"
+
+
+@pytest.mark.parametrize(("name", "argv", "fragment"), REPORTED + OWN,
+                         ids=[c[0] for c in REPORTED + OWN])  # fmt: skip
+def test_bad_input_is_one_line_exit_2(name, argv, fragment, tmp_path, done, capsys, monkeypatch):
+    (tmp_path / "done").symlink_to(done, target_is_directory=True)
+    if name == "cuda-no-gpu":
+        import torch
+
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    args = argv(tmp_path)
+    with pytest.raises(SystemExit) if not args or "--frobnicate" in args else _nullctx() as ex:
+        rc = main(args)
+    if ex is not None:
+        rc = ex.value.code
+    err = capsys.readouterr().err
+    assert rc == 2, (rc, err)
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("reuse-ray: "), err
+    assert "Traceback" not in err
+    assert fragment in lines[0], lines[0]
+
+
+class _nullctx:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
+
+
+def test_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
+    argv = run_set("train.lr=inf")(tmp_path)
+    assert main(["--debug", *argv]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" in err and err.strip().splitlines()[-1].startswith("reuse-ray: ")
+    monkeypatch.setenv("REUSE_RAY_DEBUG", "1")
+    assert main(argv) == 2 and "Traceback" in capsys.readouterr().err
+
+
+def test_a_bug_keeps_its_traceback_and_says_so(tmp_path, capsys, monkeypatch):
+    import reuse_ray.engine as engine
+
+    def boom(*a, **k):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(engine, "run_fl", boom)
+    assert main(run_cfg()(tmp_path)) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "this is a bug" in err
+
+
+def test_fetch_without_network_names_the_download_not_fetch(tmp_path, capsys, monkeypatch):
+    import torchvision.datasets as tvd
+
+    def offline(*a, **k):
+        raise RuntimeError("<urlopen error [Errno -3] Temporary failure in name resolution>")
+
+    monkeypatch.setattr(tvd, "MNIST", offline)
+    assert main(["fetch", "mnist", "--root", str(tmp_path / "data")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("reuse-ray: downloading dataset 'mnist'") and "\n" not in err
+    assert "reuse-ray fetch" not in err  # no hint to run the command that just failed
+
+
+def test_python_dash_m_is_the_cli():
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "reuse_ray", "--help"], capture_output=True,
+                         text=True, timeout=60)  # fmt: skip
+    assert out.returncode == 0 and "run" in out.stdout and "sweep" in out.stdout
