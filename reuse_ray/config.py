@@ -370,6 +370,9 @@ class EngineConfig:
     cpu_per_worker: float = 1.0  # num_cpus of a worker actor when it runs on CPU
     gpu_fraction: float = 0.25  # num_gpus of a worker actor when CUDA is used
     device: str = "auto"  # auto: CUDA when the cluster has GPUs, else CPU
+    # rounds between snapshots of the server actor's state (0: none). When the server actor
+    # dies, a new one starts from the last snapshot and replays the rounds since (bit-identical)
+    server_snapshot_every: int = 1
 
     def __post_init__(self) -> None:
         _check_choice("backend", self.backend, BACKENDS)
@@ -377,6 +380,7 @@ class EngineConfig:
         _check_range("cpu_per_worker", self.cpu_per_worker, 0.0, lo_open=True)
         _check_range("gpu_fraction", self.gpu_fraction, 0.0, 1.0, lo_open=True)
         _check_choice("device", self.device, DEVICES)
+        _check_range("server_snapshot_every", self.server_snapshot_every, 0)
 
 
 @dataclass(frozen=True)

@@ -102,6 +102,11 @@ class ServerActor:
     def memory_bytes(self) -> dict[str, int]:
         return self.core.memory_bytes()
 
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
     def table_handles(self) -> list:
         """The store handles of every client table in the state (to check where they live)."""
         from ..algorithms.table import ClientTable

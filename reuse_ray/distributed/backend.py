@@ -29,6 +29,7 @@ from .actors import ClientWorkerActor, ServerActor, _as_tensor
 from .resources import pool_size_from_resources
 
 TASK_RETRIES = 3
+SERVER_RESTARTS = 3  # server actor deaths survived in one call before the run fails
 
 
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
@@ -89,22 +90,76 @@ class RayBackend:
             ClientWorkerActor.options(**opts).remote(setup_ref, self.device) for _ in range(size)
         ]
         self.server = ServerActor.remote(setup_ref)
+        self.restarts = 0
+        self._take_snapshot(0)
 
-    def run_round(self, t: int, selected: list[int]) -> RoundReport:
+    # ------------------------------------------------------------ the server survives its actor
+
+    def _take_snapshot(self, t: int) -> None:
+        """Keep the server's state after round t as an object the driver owns, so it outlives
+        the server actor; the rounds played since are replayed after a restart."""
+        self._snap_ref = self.server.snapshot.remote()
+        ray.wait([self._snap_ref], fetch_local=False)  # taken before the next round starts
+        self._snap_round = t
+        self._since: list[tuple[int, list[int]]] = []
+
+    def _recover(self) -> None:
+        """A new server actor from the last snapshot, then the rounds since, replayed: every
+        draw is keyed and client work is recomputed bit for bit, so nothing changes."""
+        try:
+            ray.kill(self.server, no_restart=True)
+        except Exception:  # noqa: BLE001 - it is already gone
+            pass
+        self.restarts += 1
+        self.server = ServerActor.remote(self._setup_ref)
+        ray.get(self.server.restore.remote(self._snap_ref))
+        for t, selected in self._since:
+            self._play(t, selected)
+
+    def _play(self, t: int, selected: list[int]) -> RoundReport:
         return play_round(RemoteServer(self.server), RayPool(self.workers, self.sizes), t,
                           selected)  # fmt: skip
 
+    def _survive(self, call):
+        """``call()``, restarting the server from its snapshot when its actor died."""
+        every = self.cfg.engine.server_snapshot_every
+        for attempt in range(SERVER_RESTARTS + 1):
+            try:
+                return call()
+            except ray.exceptions.RayActorError:
+                if every <= 0 or attempt == SERVER_RESTARTS or not self._server_dead():
+                    raise
+                self._recover()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _server_dead(self) -> bool:
+        try:
+            ray.get(self.server.pid.remote(), timeout=30)
+            return False
+        except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
+            return True
+
+    def run_round(self, t: int, selected: list[int]) -> RoundReport:
+        report = self._survive(lambda: self._play(t, selected))
+        every = self.cfg.engine.server_snapshot_every
+        if every > 0 and t % every == 0:
+            self._take_snapshot(t)
+        else:
+            self._since.append((t, selected))
+        return report
+
     def weights(self) -> torch.Tensor:
-        return _as_tensor(ray.get(self.server.weights.remote())).clone()
+        return _as_tensor(self._survive(lambda: ray.get(self.server.weights.remote()))).clone()
 
     def memory_bytes(self) -> dict[str, int]:
-        return ray.get(self.server.memory_bytes.remote())
+        return self._survive(lambda: ray.get(self.server.memory_bytes.remote()))
 
     def snapshot(self) -> dict:
-        return ray.get(self.server.snapshot.remote())
+        return self._survive(lambda: ray.get(self.server.snapshot.remote()))
 
     def restore(self, snap: dict) -> None:
         ray.get(self.server.restore.remote(snap))
+        self._take_snapshot(-1)  # the resumed state is the new base
 
     def close(self) -> None:
         for w in self.workers:
@@ -112,6 +167,7 @@ class RayBackend:
         if self.server is not None:
             ray.kill(self.server, no_restart=True)
         self.workers, self.server, self._setup_ref = [], None, None
+        self._snap_ref = None
 
 
 def _ship_method_code(setup: RunSetup) -> None:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 import threading
 import time
 
@@ -192,6 +194,34 @@ class _CorruptClientBackend(RayBackend):
         parts = list(setup.partitions)
         parts[3] = np.array([10**9], dtype=np.int64)
         super().start(dataclasses.replace(setup, partitions=tuple(parts)))
+
+
+class _ServerKiller(RayBackend):
+    """SIGKILLs the server actor's process before round ``at`` (and, mid-round, in round
+    ``at + 2``, while the clients work)."""
+
+    at = 2
+
+    def run_round(self, t, selected):
+        if t == self.at:
+            os.kill(ray.get(self.server.pid.remote()), signal.SIGKILL)
+        if t == self.at + 2:
+            pid = ray.get(self.server.pid.remote())
+            threading.Timer(0.2, os.kill, (pid, signal.SIGKILL)).start()
+        return super().run_round(t, selected)
+
+
+def test_killing_the_server_actor_changes_nothing(tmp_path):
+    kw = {"fl__rounds": 6, "method__name": "mifa", "fl__participation": "bernoulli"}
+    calm = _ray(small_config(tmp_path / "calm", **kw), num_workers=2)
+    run_fl(calm)
+    hit = _ray(small_config(tmp_path / "hit", **kw), num_workers=2)
+    backend = _ServerKiller(hit)
+    assert run_fl(hit, backend=backend).status == "finished"
+    assert backend.restarts >= 2  # the kills really happened and were survived
+    a, b = _frames(calm.results_dir), _frames(hit.results_dir)
+    for name in a:
+        pd.testing.assert_frame_equal(a[name], b[name], check_exact=True)
 
 
 def test_unretryable_client_failure_names_client_and_round(tmp_path):
