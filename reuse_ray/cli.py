@@ -26,6 +26,8 @@ def _run_overrides(args: argparse.Namespace) -> list[str]:
         overrides.append(f"results_dir={args.results}")
     if getattr(args, "backend", None):
         overrides.append(f"engine.backend={args.backend}")
+    if getattr(args, "address", None):
+        overrides.append(f"engine.ray_address={args.address}")
     return overrides
 
 
@@ -59,6 +61,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     overrides = list(args.set or [])
     if args.results:
         overrides.append(f"results_dir={args.results}")
+    if args.address:
+        overrides.append(f"base.engine.ray_address={args.address}")
     spec = load_sweep(args.sweep, overrides)
     try:
         run_sweep(spec, resume=args.resume, final_only=args.final, say=_print)
@@ -109,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument(
         "--backend", choices=["ray", "local"], help="engine backend (default: engine.backend)"
     )
+    r.add_argument("--address", help="Ray cluster address (sets engine.ray_address)")
     r.add_argument(
         "--force",
         action="store_true",
@@ -125,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a field of the sweep file, e.g. base.fl.rounds=10",
     )
     sw.add_argument("--results", help="results directory (overrides results_dir)")
+    sw.add_argument("--address", help="Ray cluster address (sets base.engine.ray_address)")
     sw.add_argument(
         "--resume",
         action="store_true",

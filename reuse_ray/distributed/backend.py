@@ -16,6 +16,7 @@ and the round.
 from __future__ import annotations
 
 import os
+import socket
 
 import ray
 import torch
@@ -32,15 +33,48 @@ TASK_RETRIES = 3
 SERVER_RESTARTS = 3  # server actor deaths survived in one call before the run fails
 
 
+CONNECT_TIMEOUT_S = 30.0  # $REUSE_RAY_CONNECT_TIMEOUT overrides it
+
+CONNECT_HINT = (
+    "check the address (engine.ray_address, --address or RAY_ADDRESS) and that the head node "
+    "runs (`ray start --head`); with token authentication set RAY_AUTH_MODE=token and give the "
+    "cluster's token (~/.ray/auth_token or RAY_AUTH_TOKEN)"
+)
+
+
+def _probe(address: str, timeout: float) -> None:
+    """Fail fast, with one line, when nothing listens at host:port."""
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        return  # not host:port (e.g. a ray:// client address): let Ray judge it
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as err:
+        raise UserError(f"cannot reach a Ray cluster at {address} within {timeout:g} s "
+                        f"({err.strerror or err}) — {CONNECT_HINT}") from None  # fmt: skip
+
+
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
-    """Connect to ``address`` (or $RAY_ADDRESS), else start a local Ray; no-op if connected."""
+    """Connect to ``address`` (or $RAY_ADDRESS), else start a local Ray; no-op if connected.
+
+    An unreachable address or a refused token is one clear line within a bounded time
+    ($REUSE_RAY_CONNECT_TIMEOUT, default 30 s), never a hang."""
     if ray.is_initialized():
         return
     address = address or os.environ.get("RAY_ADDRESS") or None
     kwargs: dict = {"include_dashboard": False} if address is None else {}
     if address is None and num_cpus is not None:
         kwargs["num_cpus"] = num_cpus
-    ray.init(address=address, log_to_driver=True, **kwargs)
+    if address not in (None, "auto", "local"):
+        _probe(address, float(os.environ.get("REUSE_RAY_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S)))
+    try:
+        ray.init(address=address, log_to_driver=True, **kwargs)
+    except (ConnectionError, RuntimeError) as err:
+        text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        if address is None and not any(k in text.lower() for k in ("auth", "token")):
+            raise
+        raise UserError(f"cannot connect to Ray at {address or 'a new local instance'} "
+                        f"({text[:200]}) — {CONNECT_HINT}") from None  # fmt: skip
 
 
 def resolve_device(cfg: RunConfig, resources: dict[str, float]) -> str:

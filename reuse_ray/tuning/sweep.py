@@ -224,7 +224,7 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
     """Search (unless ``final_only``), write the trials table, then the final stage."""
     from ..distributed import ensure_ray
 
-    ensure_ray(None)
+    ensure_ray((spec.base.get("engine") or {}).get("ray_address"))
     import ray
 
     resources = ray.cluster_resources()
