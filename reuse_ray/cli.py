@@ -65,7 +65,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         overrides.append(f"base.engine.ray_address={args.address}")
     spec = load_sweep(args.sweep, overrides)
     try:
-        run_sweep(spec, resume=args.resume, final_only=args.final, say=_print)
+        run_sweep(spec, resume=args.resume, final_only=args.final, say=_print, verbose=args.verbose)
     finally:
         _shutdown_ray()
     return 0
@@ -131,6 +131,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sw.add_argument("--results", help="results directory (overrides results_dir)")
     sw.add_argument("--address", help="Ray cluster address (sets base.engine.ray_address)")
+    sw.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=0,
+        help="-v: Tune's status tables too; -vv: also every trial's round lines",
+    )
     sw.add_argument(
         "--resume",
         action="store_true",

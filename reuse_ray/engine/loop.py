@@ -31,6 +31,7 @@ from ..errors import UserError
 from ..models import head_parameter_names, init_model, resolve_model_name
 from ..participation import participation_probs
 from ..results import RunWriter
+from ..results.tensorboard import RoundScalars, run_folder
 from ..results.writer import COMPLETE
 from ..state import StateLayout
 from ..training import configure_determinism, evaluate
@@ -59,6 +60,7 @@ class RunHooks:
     # a complete result of this run id already in results_dir: recompute it (its rows are
     # replaced when the new attempt finishes) instead of refusing
     force: bool = False
+    tensorboard: bool = True  # scalars by round under RESULTS/tensorboard/<method>[label]-seedS
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -159,17 +161,28 @@ def _run_row(cfg: RunConfig, run_id: str, hooks: RunHooks, setup: RunSetup, back
         "rounds_planned": cfg.fl.rounds, "rounds_completed": 0, "num_params": setup.layout.dim,
         "dense_bytes": setup.layout.dense_bytes, "started_at": started_at, "test_reads": 0,
         "config_json": json.dumps(to_dict(cfg), sort_keys=True),
-        **{f"cfg.{k}": v for k, v in flatten(cfg).items()},
+        **{f"cfg.{k}": json.dumps(v) if isinstance(v, list) else v
+           for k, v in flatten(cfg).items()},
     }  # fmt: skip
 
 
-def _progress_line(run_id: str, t: int, rounds: int, row: dict[str, Any], val, cum) -> str:
+def _clock(seconds: float) -> str:
+    s = int(round(seconds))
+    return (
+        f"{s // 3600}:{s % 3600 // 60:02d}:{s % 60:02d}" if s >= 3600 else f"{s // 60}:{s % 60:02d}"
+    )
+
+
+def _progress_line(run_id: str, t: int, rounds: int, row: dict[str, Any], val, cum,
+                   elapsed: float, done: int) -> str:  # fmt: skip
+    """One round: metrics, bytes, the round's time, elapsed time and the ETA of the run."""
+    eta = elapsed / done * (rounds - t) if done else 0.0
     return (f"[{run_id}] round {t:>4}/{rounds} "
             + (f"val_acc={val[0]:.4f} val_loss={val[1]:.4f} " if val else "")
             + f"fresh={row['num_fresh']} reused={row['num_reused']} "
             f"up={_fmt_bytes(cum.up_restricted)} "
             f"cum_saving={100 * cum.saving_restricted:.3f}% "
-            f"{row['round_wall_s']:.2f}s")  # fmt: skip
+            f"{row['round_wall_s']:.2f}s elapsed {_clock(elapsed)} eta {_clock(eta)}")  # fmt: skip
 
 
 def run_fl(
@@ -236,6 +249,7 @@ def run_fl(
         + (f", resumed after round {first_round - 1}" if resumed else ""))  # fmt: skip
 
     status, error = "running", None
+    scalars: RoundScalars | None = None
     completed = first_round - 1
     test = None
     memory = None
@@ -244,6 +258,12 @@ def run_fl(
         backend.start(setup)
         if resumed is not None:
             backend.restore(resumed.server)
+        if hooks.tensorboard:
+            label = hooks.extra.get("label") or (hooks.trial_id if hooks.stage == "search"
+                                                 else None)  # fmt: skip
+            scalars = RoundScalars(Path(cfg.results_dir) / "tensorboard",
+                                   run_folder(cfg.method.name, cfg.seed, label))  # fmt: skip
+        t_loop = time.perf_counter()
         for t in range(first_round, cfg.fl.rounds + 1):
             t0 = time.perf_counter()
             selected = select_clients(cfg, t, probs)
@@ -258,7 +278,10 @@ def run_fl(
                 val = evaluate(model, layout, backend.weights(), data.val, info,
                                cfg.train.eval_batch_size)  # fmt: skip
             row = recorder.record(t, report, val, time.perf_counter() - t0)
-            say(_progress_line(run_id, t, cfg.fl.rounds, row, val, recorder.cum))
+            if scalars is not None:
+                scalars.add(t, row, report, val)
+            say(_progress_line(run_id, t, cfg.fl.rounds, row, val, recorder.cum,
+                               time.perf_counter() - t_loop, t - first_round + 1))  # fmt: skip
             if val is not None:
                 writer.flush(("rounds", "client_events"))
             blob = None
@@ -287,6 +310,8 @@ def run_fl(
     finally:
         try:
             backend.close()
+            if scalars is not None:
+                scalars.close()
         finally:
             last_val = recorder.last_val
             run_row.update({

@@ -44,8 +44,8 @@ def _arrow_type(tp: typing.Any) -> pa.DataType:
     if origin in (typing.Union, types.UnionType):
         inner = [a for a in typing.get_args(tp) if a is not type(None)]
         return _arrow_type(inner[0])
-    if origin is tuple:
-        return pa.list_(_arrow_type(typing.get_args(tp)[0]))
+    if origin is tuple:  # a list-valued field is one JSON string, so groupby works on it
+        return pa.string()
     return {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}[tp]
 
 

@@ -7,6 +7,7 @@ rounds since the last flush. Hidden files (leading ``.``) are ignored by pyarrow
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -21,9 +22,34 @@ def table_path(results_dir: str | Path, table: str, method: str, run_id: str) ->
     return Path(results_dir) / table / f"{PARTITION_COLUMN}={method}" / f"{run_id}.parquet"
 
 
+PARAM_PREFIX = "param."  # trials: one column per searched parameter (param.<dotted name>)
+
+
+def _param_fields(rows: list[dict[str, Any]]) -> list[pa.Field]:
+    """The ``param.*`` columns of a trials table: float64 when every value is a number, else a
+    string (JSON for lists)."""
+    names = sorted({k for row in rows for k in row if k.startswith(PARAM_PREFIX)})
+    fields = []
+    for name in names:
+        values = [row.get(name) for row in rows if row.get(name) is not None]
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+        fields.append(pa.field(name, pa.float64() if numeric else pa.string()))
+        if not numeric:
+            for row in rows:
+                v = row.get(name)
+                if v is not None and not isinstance(v, str):
+                    row[name] = json.dumps(v)
+    return fields
+
+
 def rows_to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
-    """Build an Arrow table of the declared schema; unknown columns are an error."""
+    """Build an Arrow table of the declared schema; unknown columns are an error (the trials
+    table's ``param.*`` columns are typed from their values)."""
     schema = SCHEMAS[table]
+    if table == "trials":
+        rows = [dict(r) for r in rows]
+        for field in _param_fields(rows):
+            schema = schema.append(field)
     names = set(schema.names)
     for row in rows:
         extra = set(row) - names

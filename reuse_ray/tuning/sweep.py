@@ -91,14 +91,19 @@ def pareto_front(df: pd.DataFrame) -> pd.Series:
 
 def _tune_run(
     spec: SweepSpec, stage: str, param_space, search_alg, metric, mode, num_samples: int,
-    concurrency: int, resume: bool, reference: float | None,
+    concurrency: int, resume: bool, reference: float | None, say=print, verbose: int = 0,
+    total: int | None = None,
 ):  # fmt: skip
     from ray import tune
+
+    from .console import ConsoleReporter
 
     storage = str(Path(spec.results_dir, "_tune").resolve())
     name = f"{spec.name}-{stage}"
     trainable = tune.with_resources(
-        tune.with_parameters(trial_main, spec=spec, stage=stage, reference_val=reference),
+        tune.with_parameters(
+            trial_main, spec=spec, stage=stage, reference_val=reference, verbose=verbose
+        ),
         tune.PlacementGroupFactory(spec.trial.bundles()),
     )
     path = os.path.join(storage, name)
@@ -115,7 +120,8 @@ def _tune_run(
                 max_concurrent_trials=None if _is_variant_generator(search_alg) else concurrency,
             ),
             run_config=tune.RunConfig(
-                name=name, storage_path=storage, verbose=1,
+                name=name, storage_path=storage, verbose=min(verbose, 3),
+                callbacks=[ConsoleReporter(say, stage, total or num_samples)],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             ),
         )  # fmt: skip
@@ -214,14 +220,23 @@ def select(df: pd.DataFrame, spec: SweepSpec, top: int) -> pd.DataFrame:
 
 
 def write_trials(spec: SweepSpec, df: pd.DataFrame) -> Path:
+    """The trials table, with one ``param.<name>`` column per searched parameter."""
     path = Path(spec.results_dir) / "trials" / f"{spec.name}.parquet"
-    write_atomic(path, rows_to_table("trials", df.to_dict("records")))
+    rows = []
+    for rec in df.to_dict("records"):
+        rec = {k: v for k, v in rec.items() if not str(k).startswith("param.")}
+        params = json.loads(rec["params_json"]) if rec.get("params_json") else {}
+        rows.append(dict(rec, **{f"param.{k}": v for k, v in params.items()}))
+    write_atomic(path, rows_to_table("trials", rows))
     return path
 
 
 def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
-              say=print) -> SweepOutcome:  # fmt: skip
-    """Search (unless ``final_only``), write the trials table, then the final stage."""
+              say=print, verbose: int = 0) -> SweepOutcome:  # fmt: skip
+    """Search (unless ``final_only``), write the trials table, then the final stage.
+
+    ``verbose``: 0 prints our own trial lines only; 1 adds Tune's status tables; 2 also every
+    trial's per-round lines."""
     from ..distributed import ensure_ray
 
     ensure_ray((spec.base.get("engine") or {}).get("ray_address"))
@@ -266,7 +281,7 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
         reference = _reference_val(spec, say)
         alg, metric, mode, space = make_searcher(spec, concurrency)
         results = _tune_run(spec, "search", space, alg, metric, mode, spec.search.num_samples,
-                            concurrency, resume, reference)  # fmt: skip
+                            concurrency, resume, reference, say, verbose)  # fmt: skip
         trials = _trials_table(spec, results, reference)
     if spec.search.searcher == "none":
         chosen = trials
@@ -303,7 +318,7 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
         say(f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
             "test split read once at the final round")  # fmt: skip
         _tune_run(spec, "final", {"final": tune.grid_search(points)}, None, None, None, 1,
-                  concurrency, resume, None)  # fmt: skip
+                  concurrency, resume, None, say, verbose, total=len(points))  # fmt: skip
         runs = read_table(spec.results_dir, "runs")
         final_runs = runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
         for (label, method), grp in final_runs.groupby(["label", "cfg.method.name"]):

@@ -62,9 +62,16 @@ def trial_metrics(spec: SweepSpec, row: dict[str, Any], val_acc: float | None,
 
 def trial_main(
     config: dict[str, Any], spec: SweepSpec, stage: str = "search",
-    reference_val: float | None = None,
+    reference_val: float | None = None, verbose: int = 0,
 ) -> None:  # fmt: skip
-    """Run one trial. ``config`` holds dotted run-config params (final stage: under "final")."""
+    """Run one trial. ``config`` holds dotted run-config params (final stage: under "final");
+    ``verbose >= 2`` prints the run's per-round lines, below 1 Tune's checkpoint chatter is
+    silenced."""
+    if verbose < 1:
+        import logging
+
+        for name in ("ray.train", "ray.tune", "ray.air"):
+            logging.getLogger(name).setLevel(logging.WARNING)
     from ray import tune
 
     params = dict(config.get("final", config))
@@ -102,7 +109,12 @@ def trial_main(
         pool = {"GPU": t.workers * t.gpu_fraction} if t.gpu_fraction > 0 else {
             "CPU": t.workers * t.cpu_per_worker}  # fmt: skip
         backend = RayBackend(cfg, resources=pool)
-    summary = run_fl(cfg, backend=backend, hooks=hooks)
+    summary = run_fl(
+        cfg,
+        backend=backend,
+        hooks=hooks,
+        progress=(lambda m: print(m, flush=True)) if verbose >= 2 else None,
+    )
     row = summary.row
     tune.report(trial_metrics(spec, row, row["final_val_acc"], reference_val, cfg.run_id,
                               summary.status))  # fmt: skip

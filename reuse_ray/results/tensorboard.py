@@ -1,0 +1,65 @@
+"""TensorBoard scalars by FL round (issue: monitoring), for ``reuse-ray run`` and every sweep
+trial: ``tensorboard --logdir RESULTS/tensorboard``.
+
+One folder per run, ``<method>[<label>]-seed<seed>``; the step of every scalar is the FL round.
+Validation metrics are written on evaluation rounds only (no repeated values), beside the
+training loss, cumulative uplink MB in both ledgers, the restricted saving, the decision counts,
+the DG gate's firing rate where the method has a gate, and the round's wall time. The writer is
+tensorboardX (installed with Ray Tune); it imports no Ray.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+
+def run_folder(method: str, seed: int, label: str | None = None) -> str:
+    """``<method>[<label>]-seed<seed>``, safe as a folder name."""
+    name = f"{method}[{label}]-seed{seed}" if label else f"{method}-seed{seed}"
+    return re.sub(r"[^A-Za-z0-9_.\[\]=-]+", "_", name)
+
+
+def gate_firing_rate(report) -> float | None:
+    """Of the clients with a cached update whose decision the gate could make (a gate score
+    was computed), the fraction it sent fresh (promotions by the quota excluded)."""
+    scored = [c for c in report.clients if c.columns.get("gate_score") is not None
+              and c.columns.get("age") is not None]  # fmt: skip
+    if not scored:
+        return None
+    fired = [c for c in scored if c.decision.fresh and not c.columns.get("promoted")]
+    return len(fired) / len(scored)
+
+
+class RoundScalars:
+    """Writes one run's scalars; ``close`` flushes them."""
+
+    def __init__(self, logdir: str | Path, folder: str):
+        from tensorboardX import SummaryWriter
+
+        self.writer = SummaryWriter(str(Path(logdir) / folder), flush_secs=30)
+
+    def add(self, t: int, row: dict[str, Any], report, val) -> None:
+        w = self.writer
+        if val is not None:
+            w.add_scalar("val/acc", val[0], t)
+            w.add_scalar("val/loss", val[1], t)
+        if row.get("train_loss") is not None:
+            w.add_scalar("train/loss", row["train_loss"], t)
+        w.add_scalar("bytes/cum_up_restricted_MB", row["cum_up_restricted"] / 1e6, t)
+        w.add_scalar("bytes/cum_up_measured_MB", row["cum_up_measured"] / 1e6, t)
+        w.add_scalar("bytes/cum_down_measured_MB", row["cum_down_measured"] / 1e6, t)
+        if row.get("cum_saving_restricted") is not None:
+            w.add_scalar("bytes/cum_saving_restricted", row["cum_saving_restricted"], t)
+        names = [c.decision.name for c in report.clients]
+        for name in ("fresh", "reused", "lazy"):
+            w.add_scalar(f"clients/{name}", names.count(name), t)
+        rate = gate_firing_rate(report)
+        if rate is not None:
+            w.add_scalar("gate/firing_rate", rate, t)
+        w.add_scalar("time/round_s", row["round_wall_s"], t)
+
+    def close(self) -> None:
+        self.writer.flush()
+        self.writer.close()

@@ -1,0 +1,59 @@
+"""A quiet sweep console (issue: monitoring): one line when a trial starts (its label and
+parameters to 3 significant digits), one when it ends (validation accuracy, saving, status),
+and a progress line (``k/N trials, best so far``). Tune's own tables appear only with ``-v``."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ray.tune import Callback
+
+
+def short(value: Any) -> str:
+    """A parameter value as a person reads it: numbers to 3 significant digits."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return str(value)
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.3g}"
+
+
+def describe(config: dict[str, Any]) -> str:
+    params = dict(config.get("final", config))
+    label = params.pop("label", None)
+    text = " ".join(f"{k.removeprefix('method.')}={short(v)}" for k, v in sorted(params.items()))
+    return f"[{label}] {text}" if label else text
+
+
+class ConsoleReporter(Callback):
+    """Trial start/end lines and a progress line, through ``say``."""
+
+    def __init__(self, say: Callable[[str], None], stage: str, total: int):
+        self.say, self.stage, self.total = say, stage, total
+        self.done = 0
+        self.best: tuple[float, str] | None = None
+
+    def on_trial_start(self, iteration, trials, trial, **info):
+        self.say(f"  {self.stage} trial {trial.trial_id} start: {describe(trial.config)}")
+
+    def _end(self, trial, status: str) -> None:
+        self.done += 1
+        r = trial.last_result or {}
+        acc, saving = r.get("val_acc"), r.get("cum_saving_restricted")
+        acc_s = f"{acc:.4f}" if isinstance(acc, float) and math.isfinite(acc) else "n/a"
+        sav_s = f"{100 * saving:.2f}%" if isinstance(saving, float) else "n/a"
+        self.say(f"  {self.stage} trial {trial.trial_id} {status}: val_acc={acc_s} "
+                 f"saving={sav_s} ({r.get('status', status)})")  # fmt: skip
+        if isinstance(acc, float) and math.isfinite(acc) and status == "done":
+            if self.best is None or acc > self.best[0]:
+                self.best = (acc, trial.trial_id)
+        best = f"best so far val_acc={self.best[0]:.4f} ({self.best[1]})" if self.best else ""
+        self.say(f"  {self.stage}: {self.done}/{self.total} trials finished; {best}".rstrip("; "))
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self._end(trial, "done")
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        self._end(trial, "error")
