@@ -78,6 +78,13 @@ def load(locations: str | Path | list[str | Path], include_unfinished: bool = Fa
 IGNORED_CFG = ("cfg.seed", "cfg.results_dir", "cfg.data.root")
 
 
+def _short(v) -> str:
+    """A config value in an arm label: floats to 3 significant digits."""
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
 def _arm(runs: pd.DataFrame) -> pd.Series:
     """What a comparison groups by: the method, the final-stage label when there is one, and
     the config fields that tell apart runs sharing both (seeds aside), e.g.
@@ -92,7 +99,8 @@ def _arm(runs: pd.DataFrame) -> pd.Series:
         g = runs.loc[idx, cfg_cols].astype(str)
         varying = [c for c in cfg_cols if g[c].nunique() > 1]
         if varying:
-            suffix = g[varying].apply(
-                lambda r: ", ".join(f"{c[4:]}={v}" for c, v in r.items()), axis=1)  # fmt: skip
+            suffix = runs.loc[idx, varying].apply(
+                lambda r: ", ".join(f"{c[4:].removeprefix('method.')}={_short(v)}"
+                                    for c, v in r.items()), axis=1)  # fmt: skip
             out.loc[idx] = arm.loc[idx] + " (" + suffix + ")"
     return out

@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from .load import Results  # noqa: E402
 
@@ -22,8 +23,10 @@ def _bands(ax, df: pd.DataFrame, x: str, y: str, logx: bool = False) -> None:
         ax.fill_between(per["x"], per["lo"], per["hi"], alpha=0.2)
     if logx:
         ax.set_xscale("log")
+    elif x == "round":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax)
 
 
 def accuracy_curves(res: Results, out: Path) -> list[Path]:
@@ -84,10 +87,18 @@ def gate_scores(res: Results, out: Path) -> Path | None:
     return _save(fig, out / "gate_scores.png")
 
 
+def _legend(ax) -> None:
+    """The legend below the axes, where it covers no curve; labels kept short."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        labels = [lb if len(lb) <= 70 else lb[:67] + "..." for lb in labels]
+        ax.legend(handles, labels, fontsize=7, loc="upper center",
+                  bbox_to_anchor=(0.5, -0.18), ncol=1, frameon=False)  # fmt: skip
+
+
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -100,9 +111,10 @@ def firing_rate(rates: pd.DataFrame, out: Path) -> Path | None:
     for arm, g in rates.groupby("arm"):
         ax.plot(g["round"], g["firing_rate"], marker=".", label=str(arm)[:60])
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("gate firing rate (fraction of gated events)")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("DG-FedReuse gate firing rate per round")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    _legend(ax)
     return _save(fig, out / "gate_firing_rate.png")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import html
 from pathlib import Path
 
+import pandas as pd
+
 from . import plots, tables
 from .load import AnalysisError, Results, load
 
@@ -41,10 +43,10 @@ def write_report(
           f"{res_all.excluded}. Fixed budget T = round {T}.\n"]  # fmt: skip
     fb = tables.fixed_budget(res, T, reference)
     md += [f"## Fixed-budget comparison at round {T}\n",
-           f"Mean ± SD over seeds; `d_*` are paired differences against "
+           f"Mean ± SD over seeds; Δ are paired differences against "
            f"`{fb.attrs['reference']}` (same seed, same partitions and schedules) with bootstrap "
-           "95 % CIs. Test accuracy is read once, at the final round.\n",
-           tables.markdown(fb)]  # fmt: skip
+           "95 % CIs (shown from 5 pairs on). Test accuracy is read once, at the final "
+           "round.\n", *_fixed_budget_md(fb)]  # fmt: skip
     md += ["## Dense-downlink sensitivity and measured bytes\n",
            "Restricted uplink saving, its sensitivity with one dense download per selected client "
            "(the seed's Table 7), and the measured bidirectional ledger.\n",
@@ -58,13 +60,16 @@ def write_report(
         md += [f"## Bytes to validation accuracy {target}\n",
                tables.markdown(tables.bytes_to_target_summary(btt))]  # fmt: skip
     gd = tables.gate_diagnostics(res_all)
-    if len(gd):
-        md += ["## DG-FedReuse gate diagnostics\n",
+    for stage, sub in _stages(res_all):  # search and final runs are never mixed in one table
+        sgd = tables.gate_diagnostics(sub)
+        if not len(sgd):
+            continue
+        md += [f"## DG-FedReuse gate diagnostics ({stage} runs)\n",
                "Firing rate = share of gated events (cacheful, below the age cap) with D ≥ τ_t.\n",
-               tables.markdown(gd)]  # fmt: skip
-        gc = tables.gate_controls(res_all)
-        if len(gc) > 1:
-            md += ["### The gate against its controls\n",
+               tables.markdown(sgd)]  # fmt: skip
+        gc = tables.gate_controls(sub)
+        if len(gc) and gc["gate"].nunique() > 1:  # only when the runs hold a control
+            md += [f"### The gate against its controls ({stage} runs)\n",
                    "Firing rate here = share of cacheful clients below the age cap that the gate "
                    "(or its random or disabled control) sent fresh without quota promotion; "
                    "`rate_gap_vs_proxy` is a random control's probability minus the real "
@@ -85,8 +90,59 @@ def write_report(
     text = "\n".join(md)
     path = out / "report.md"
     path.write_text(text)
-    (out / "report.html").write_text(_html(text))
+    (out / "report.html").write_text(_html(text, out))
     return path
+
+
+def _pm(mean, sd) -> str:
+    if mean is None or pd.isna(mean):
+        return ""
+    return f"{mean:.4f}" if sd is None or pd.isna(sd) else f"{mean:.4f} ± {sd:.4f}"
+
+
+def _ci(mean, lo, hi) -> str:
+    if mean is None or pd.isna(mean):
+        return ""
+    if lo is None or pd.isna(lo):
+        return f"{mean:+.4f}"
+    return f"{mean:+.4f} [{lo:+.4f}, {hi:+.4f}]"
+
+
+def _fixed_budget_md(fb: pd.DataFrame) -> list[str]:
+    """The fixed-budget table as two narrow tables: levels (mean ± SD) and paired differences."""
+    levels = pd.DataFrame({
+        "dataset": fb["dataset"], "arm": fb["arm"], "seeds": fb["seeds"],
+        "val acc": [_pm(m, s) for m, s in zip(fb["val_acc_mean"], fb["val_acc_sd"], strict=True)],
+        "test acc": [_pm(m, s) for m, s in zip(fb["test_acc_mean"], fb["test_acc_sd"],
+                                               strict=True)],
+        "uplink saving": [_pm(m, s) for m, s in zip(fb["cum_saving_restricted_mean"],
+                                                    fb["cum_saving_restricted_sd"], strict=True)],
+    })  # fmt: skip
+    out = [tables.markdown(levels)]
+    if "pairs" in fb:
+        d = fb[fb["pairs"].notna()]
+        diffs = pd.DataFrame({
+            "dataset": d["dataset"], "arm": d["arm"], "pairs": d["pairs"],
+            **{f"Δ {name}": [_ci(*v) for v in zip(d[f"d_{col}"], d[f"d_{col}_lo"],
+                                                   d[f"d_{col}_hi"], strict=True)]
+               for name, col in (("val acc", "val_acc"), ("test acc", "test_acc"),
+                                 ("saving", "cum_saving_restricted"))},
+            "CI": d["ci"],
+        })  # fmt: skip
+        out += [f"Paired differences against `{fb.attrs['reference']}`:\n", tables.markdown(diffs)]
+    return out
+
+
+def _stages(res: Results):
+    """(stage, the results of that stage's runs) for every stage present, in a fixed order."""
+    stages = res.runs["stage"].dropna().unique() if "stage" in res.runs else []
+    for stage in [s for s in ("run", "search", "final") if s in stages]:
+        keep = set(res.runs.loc[res.runs["stage"] == stage, "run_id"])
+        yield stage, Results(
+            res.runs[res.runs["run_id"].isin(keep)], res.rounds[res.rounds["run_id"].isin(keep)],
+            res.client_events[res.client_events["run_id"].isin(keep)]
+            if len(res.client_events) else res.client_events, res.trials, res.excluded,
+        )  # fmt: skip
 
 
 def _has_final(res: Results) -> bool:
@@ -104,32 +160,76 @@ def _final_or_all(res: Results) -> Results:
     )  # fmt: skip
 
 
-def _html(md: str) -> str:
-    """A plain HTML rendering: tables, headings and images; enough to open in a browser."""
+STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
+       color: #1f2328; max-width: 1180px; margin: 24px auto; padding: 0 16px; }
+h1, h2, h3 { line-height: 1.25; } h2 { border-bottom: 1px solid #d0d7de; padding-bottom: 4px; }
+p { overflow-wrap: anywhere; }
+code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; background: #f6f8fa;
+       padding: 1px 4px; border-radius: 4px; overflow-wrap: anywhere; }
+.table { overflow-x: auto; max-width: 100%; margin: 8px 0 16px; }
+table { border-collapse: collapse; font-size: 12px; }
+th, td { border: 1px solid #d0d7de; padding: 3px 6px; text-align: right; vertical-align: top; }
+th { background: #f6f8fa; } td:first-child, th:first-child { text-align: left; }
+td { max-width: 360px; overflow-wrap: anywhere; }
+img { max-width: 100%; height: auto; }
+"""
+
+
+def _inline(text: str) -> str:
+    """Markdown inline marks as HTML: `code` and **bold**; everything else escaped."""
+    out = []
+    for k, part in enumerate(text.split("`")):
+        if k % 2:
+            out.append(f"<code>{html.escape(part)}</code>")
+        else:
+            bits = html.escape(part).split("**")
+            out.append("".join(f"<b>{b}</b>" if j % 2 else b for j, b in enumerate(bits)))
+    return "".join(out)
+
+
+def _img(src: str, base: Path | None) -> str:
+    """An image embedded as a data URI, so the HTML file stands alone."""
+    import base64
+
+    path = (base / src) if base is not None else Path(src)
+    if path.is_file():
+        data = base64.b64encode(path.read_bytes()).decode()
+        return f'<p><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"></p>'
+    return f'<p><img alt="{html.escape(src)}" src="{html.escape(src)}"></p>'
+
+
+def _html(md: str, base: Path | None = None) -> str:
+    """A self-contained HTML rendering of the report's Markdown: styled, tables that scroll
+    inside their own box (the page never scrolls sideways), figures embedded."""
     body, in_table = [], False
     for line in md.splitlines():
         if line.startswith("|"):
-            cells = [html.escape(c.strip()) for c in line.strip("|").split("|")]
+            cells = [_inline(c.strip()) for c in line.strip().strip("|").split("|")]
             if set(line.replace("|", "").strip()) <= {"-"}:
                 continue
             if not in_table:
-                body.append("<table border=1 cellspacing=0 cellpadding=3>")
+                body.append('<div class="table"><table>')
                 in_table = True
                 body.append("<tr>" + "".join(f"<th>{c}</th>" for c in cells) + "</tr>")
                 continue
             body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
             continue
         if in_table:
-            body.append("</table>")
+            body.append("</table></div>")
             in_table = False
         if line.startswith("!["):
-            src = line[line.index("(") + 1 : line.rindex(")")]
-            body.append(f'<p><img src="{html.escape(src)}" width="640"></p>')
+            body.append(_img(line[line.index("(") + 1 : line.rindex(")")], base))
         elif line.startswith("#"):
             level = len(line) - len(line.lstrip("#"))
-            body.append(f"<h{level}>{html.escape(line.lstrip('#').strip())}</h{level}>")
+            body.append(f"<h{level}>{_inline(line.lstrip('#').strip())}</h{level}>")
+        elif line.strip() == "_(no rows)_":
+            body.append("<p><i>(no rows)</i></p>")
         elif line.strip():
-            body.append(f"<p>{html.escape(line)}</p>")
+            body.append(f"<p>{_inline(line)}</p>")
     if in_table:
-        body.append("</table>")
-    return "<!doctype html><meta charset=utf-8><title>reuse_ray report</title>\n" + "\n".join(body)
+        body.append("</table></div>")
+    return ("<!doctype html><html lang=en><meta charset=utf-8>"
+            '<meta name="viewport" content="width=device-width, initial-scale=1">'
+            f"<title>reuse_ray report</title><style>{STYLE}</style><body>\n"
+            + "\n".join(body) + "\n</body></html>\n")  # fmt: skip

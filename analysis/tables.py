@@ -19,6 +19,8 @@ import pandas as pd
 from .load import AnalysisError, Results
 from .stats import bootstrap_ci, mean_sd
 
+MIN_CI_PAIRS = 5  # fewer paired seeds than this: no confidence interval is shown
+
 
 def common_round(res: Results) -> int:
     """The largest round every run completed (the default fixed budget T)."""
@@ -89,6 +91,14 @@ def fixed_budget(res: Results, T: int | None = None, reference: str | None = Non
                 row["pairs"] = p["n_pairs"]
         rows.append(row)
     out = pd.DataFrame(rows)
+    if "pairs" in out:
+        out["pairs"] = out["pairs"].astype("Int64")
+        few = out["pairs"].notna() & (out["pairs"] < MIN_CI_PAIRS)
+        ci_cols = [c for c in out.columns if c.endswith(("_lo", "_hi"))]
+        out.loc[few, ci_cols] = float("nan")  # a bootstrap CI from so few pairs means nothing
+        out["ci"] = ["" if pd.isna(n) else (f"not meaningful ({n} pairs < {MIN_CI_PAIRS})"
+                                            if n < MIN_CI_PAIRS else "95 %")
+                     for n in out["pairs"]]  # fmt: skip
     out.attrs["reference"] = reference
     return out
 
@@ -257,6 +267,8 @@ def markdown(df: pd.DataFrame, digits: int = 4) -> str:
         return "_(no rows)_\n"
 
     def fmt(v) -> str:
+        if v is None or v is pd.NA:
+            return ""
         if isinstance(v, float | np.floating):
             return "" if not np.isfinite(v) else f"{v:.{digits}f}"
         return str(v)

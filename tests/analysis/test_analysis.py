@@ -170,3 +170,22 @@ def test_three_factor_factorial_with_error_feedback(tmp_path):
     assert eff.loc["topk x ef", "estimate"] == pytest.approx(0.03)
     assert eff.loc["reuse x topk x ef", "estimate"] == pytest.approx(0.0, abs=1e-12)
     assert eff.loc["reuse", "estimate"] == pytest.approx(0.1)
+
+
+def test_report_reads_well_few_pairs_flagged_and_self_contained(tmp_path):
+    long = {"cfg.method.dg.tau0": 0.91169880000000001, "cfg.method.dg.gate": "proxy"}
+    for s in (1, 2):
+        _write_run(tmp_path, "fedavg", s, f"a{s}", [0.5, 0.7], test=0.7)
+        _write_run(tmp_path, "dg_fedreuse", s, f"b{s}", [0.5, 0.72], test=0.71, extra=long)
+        _write_run(tmp_path, "dg_fedreuse", s, f"c{s}", [0.5, 0.73], test=0.72,
+                   extra={**long, "cfg.method.dg.tau0": 0.5})  # fmt: skip
+    md = write_report(tmp_path, reference="fedavg").read_text()
+    fb = T.fixed_budget(load(tmp_path), T=2, reference="fedavg")
+    assert fb["pairs"].dropna().tolist() == [2, 2]  # integers, not 2.0000
+    assert fb["ci"].dropna().str.contains("not meaningful").sum() == 2
+    assert fb["d_val_acc_lo"].isna().all()  # no CI from 2 pairs
+    assert "dg.tau0=0.912" in md and "0.9116988" not in md  # short arm labels
+    html_text = (tmp_path / "report" / "report.html").read_text()
+    assert "<style>" in html_text and 'src="data:image/png;base64,' in html_text
+    assert "`" not in html_text.split("<body>", 1)[1]  # Markdown code marks rendered
+    assert "gate against its controls" not in md  # no controls in these runs

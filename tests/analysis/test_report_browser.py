@@ -1,0 +1,55 @@
+"""report.html in a real browser (headless Chromium through Playwright): every figure loads,
+the page fits a 1280-px window without sideways scrolling, no Markdown marks are left, and a
+screenshot is kept as an artifact ($REUSE_RAY_ARTIFACTS, else the test's folder)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from test_analysis import _write_run
+
+from analysis import write_report
+
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+
+def _launch(p):
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    try:
+        if exe:
+            return p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        return p.chromium.launch(args=["--no-sandbox"])  # Playwright's own Chromium
+    except Exception as err:  # noqa: BLE001 - no browser at all: say so
+        pytest.skip(f"no headless Chromium here ({type(err).__name__}: {str(err)[:120]}); "
+                    "install Debian's chromium or run `playwright install chromium`")  # fmt: skip
+
+
+def test_report_html_renders_in_chromium(tmp_path):
+    long = {"cfg.method.dg.tau0": 0.91169880000000001, "cfg.method.dg.gate": "proxy"}
+    for s in range(1, 7):
+        _write_run(tmp_path, "fedavg", s, f"a{s}", [0.5, 0.6, 0.7], test=0.7)
+        _write_run(tmp_path, "dg_fedreuse", s, f"b{s}", [0.5, 0.62, 0.72], test=0.71,
+                   extra=long, up_per_round=40)  # fmt: skip
+        _write_run(tmp_path, "dg_fedreuse", s, f"c{s}", [0.5, 0.61, 0.73], test=0.72,
+                   extra={**long, "cfg.method.dg.tau0": 0.5}, up_per_round=30)  # fmt: skip
+    write_report(tmp_path, reference="fedavg")
+    page_path = tmp_path / "report" / "report.html"
+    shot = Path(os.environ.get("REUSE_RAY_ARTIFACTS", tmp_path)) / "report-1280.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    with sync_api.sync_playwright() as p:
+        browser = _launch(p)
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.goto(page_path.as_uri())
+        page.wait_for_load_state("load")
+        images = page.eval_on_selector_all("img", "els => els.map(e => e.naturalWidth)")
+        scroll_width = page.evaluate("document.documentElement.scrollWidth")
+        text = page.inner_text("body")
+        page.screenshot(path=str(shot), full_page=True)
+        browser.close()
+    assert images and all(w > 0 for w in images), images
+    assert scroll_width <= 1280
+    assert "`" not in text
+    assert shot.stat().st_size > 0
