@@ -47,6 +47,10 @@ def write_report(
            f"`{fb.attrs['reference']}` (same seed, same partitions and schedules) with bootstrap "
            "95 % CIs (shown from 5 pairs on). Test accuracy is read once, at the final "
            "round.\n", *_fixed_budget_md(fb)]  # fmt: skip
+    md += ["## Leaderboard\n",
+           f"Per arm at round {T}: accuracy mean ± SD over seeds, restricted uplink saving, "
+           "measured MB per run, memory held at the end of a run (MB), client steps per run.\n",
+           tables.markdown(tables.leaderboard(res, T))]  # fmt: skip
     md += ["## Dense-downlink sensitivity and measured bytes\n",
            "Restricted uplink saving, its sensitivity with one dense download per selected client "
            "(the seed's Table 7), and the measured bidirectional ledger.\n",

@@ -120,6 +120,34 @@ def downlink_table(res: Results, T: int | None = None) -> pd.DataFrame:
     }).reset_index()  # fmt: skip
 
 
+def leaderboard(res: Results, T: int | None = None) -> pd.DataFrame:
+    """Per arm at round T, over seeds: validation and test accuracy (mean ± SD), the restricted
+    uplink saving, measured MB up and down per run, server and client memory (MB) at the end,
+    and client steps per run."""
+    T = T or common_round(res)
+    check_round(res, T)
+    df = at_round(res, T)
+    runs = res.runs.set_index("run_id")
+    for col in ("server_memory_bytes", "client_memory_bytes", "client_steps"):
+        df[col] = (runs[col].reindex(df["run_id"]).to_numpy() if col in runs
+                   else float("nan"))  # fmt: skip
+    rows = []
+    for (dataset, arm), g in df.groupby(["dataset", "arm"]):
+        row = {"dataset": dataset, "arm": arm, "seeds": g["seed"].nunique()}
+        for col, name in (("val_acc", "val acc"), ("test_acc", "test acc")):
+            m, s = mean_sd(g[col])
+            row[name] = "" if not np.isfinite(m) else (f"{m:.3f} ± {s:.3f}" if np.isfinite(s)
+                                                       else f"{m:.3f}")  # fmt: skip
+        row["uplink saving"] = f"{100 * g['cum_saving_restricted'].mean():.2f} %"
+        row["up MB"] = f"{float(g['cum_up_measured'].mean()) / 1e6:.1f}"
+        row["down MB"] = f"{float(g['cum_down_measured'].mean()) / 1e6:.1f}"
+        row["server memory MB"] = f"{float(g['server_memory_bytes'].mean()) / 1e6:.2f}"
+        row["client memory MB"] = f"{float(g['client_memory_bytes'].mean()) / 1e6:.2f}"
+        row["client steps"] = int(round(float(g["client_steps"].mean())))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
 def factorial(res: Results, outcome: str = "val_acc", T: int | None = None,
               seed: int = 0) -> pd.DataFrame:  # fmt: skip
     """Reuse (DG-FedReuse vs FedAvg) × Top-K (r < 1 vs r = 1) (× error feedback, when runs

@@ -74,6 +74,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis import write_report
 
+    if args.leaderboard:
+        from analysis import load
+        from analysis.report import _final_or_all
+        from analysis.tables import leaderboard, markdown
+
+        _print(markdown(leaderboard(_final_or_all(load(args.results)), args.round), digits=3))
+        return 0
     path = write_report(args.results, args.out, args.round, args.reference, args.target)
     _print(f"report: {path.resolve()} (and report.html, PNG figures beside it)")
     return 0
@@ -153,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--round", type=int, help="fixed budget T (default: last common round)")
     rp.add_argument("--reference", help="arm the paired differences are taken against")
     rp.add_argument("--target", type=float, help="validation accuracy for bytes-to-target")
+    rp.add_argument(
+        "--leaderboard",
+        action="store_true",
+        help="print the per-arm leaderboard as a Markdown table (final stage runs)",
+    )
     rp.set_defaults(func=cmd_report)
     f = sub.add_parser("fetch", help="download a dataset into the data root (needs internet)")
     f.add_argument("dataset")
