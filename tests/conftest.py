@@ -185,3 +185,35 @@ def received(client: int, value, n: int = 1):
     if isinstance(value, torch.Tensor):
         value = SparseUpdate(value.numel(), None, value)
     return Received(client, n, value)
+
+
+def ray_temp_dir() -> str:
+    """A short, unique root for a Ray instance a test starts (RAY_TMPDIR); Unix socket paths
+    under it stay within their length limit."""
+    import tempfile
+
+    return tempfile.mkdtemp(prefix="rrt-", dir="/tmp")
+
+
+def stop_ray_under(temp_dir: str) -> int:
+    """End the Ray processes a test started — and only those: the ones whose command line names
+    its own temp dir (gcs, raylet, agents); their workers exit with their raylet. Returns how
+    many were ended."""
+    import signal
+
+    ended = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="ignore")
+        except OSError:
+            continue
+        if temp_dir in cmd:
+            try:
+                os.kill(int(entry), signal.SIGKILL)
+                ended += 1
+            except ProcessLookupError:
+                pass
+    return ended

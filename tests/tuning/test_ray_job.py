@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import ray_temp_dir, stop_ray_under
 
 from reuse_ray.results import read_table
 
@@ -26,7 +27,8 @@ def _free_port() -> int:
 def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
     ray_cli = shutil.which("ray")
     assert ray_cli, "the ray CLI comes with ray[default]"
-    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    temp = ray_temp_dir()  # this test's own Ray: its own port, temp dir and processes
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=temp)
     env.pop("RAY_ADDRESS", None)
     port, dash = _free_port(), _free_port()
     start = subprocess.run(
@@ -65,4 +67,4 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
         final = read_table(sweep_results, "runs").query("stage == 'final'")
         assert len(final) == 2 and (final["test_reads"] == 1).all()
     finally:
-        subprocess.run([ray_cli, "stop", "--force"], env=env, capture_output=True, timeout=120)
+        stop_ray_under(temp)  # never `ray stop`: that would stop every Ray on the machine

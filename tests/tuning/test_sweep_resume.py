@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import ray_temp_dir, stop_ray_under
 
 from reuse_ray.results import TIMING_COLUMNS, read_table
 
@@ -38,10 +38,12 @@ def _cli(*args: str) -> list[str]:
             *args]  # fmt: skip
 
 
+TEMP = ray_temp_dir()  # every Ray this module starts lives under it (RAY_TMPDIR)
+
+
 def _stop_ray() -> None:
-    ray_cli = shutil.which("ray")
-    if ray_cli:
-        subprocess.run([ray_cli, "stop", "--force"], capture_output=True, timeout=120)
+    """End the Ray this test's sweeps started (found by their temp dir), never another."""
+    stop_ray_under(TEMP)
 
 
 def _frames(results: Path) -> dict[str, pd.DataFrame]:
@@ -59,7 +61,8 @@ def _frames(results: Path) -> dict[str, pd.DataFrame]:
 def test_kill_driver_then_resume_matches_an_uninterrupted_sweep(tmp_path):
     spec = tmp_path / "resume.yaml"
     spec.write_text(yaml.safe_dump(SWEEP))
-    env = dict(os.environ, RAY_AUTH_MODE="disabled")
+    env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=TEMP)
+    env.pop("RAY_ADDRESS", None)
     calm, hit = tmp_path / "calm", tmp_path / "hit"
 
     proc = subprocess.Popen(_cli("sweep", str(spec), "--results", str(hit)), env=env,
