@@ -93,6 +93,11 @@ class ServerActor:
     def snapshot(self) -> dict:
         return self.core.snapshot()
 
+    @ray.method(num_returns=2)
+    def snapshot_checked(self) -> tuple[dict, bool]:
+        """The snapshot, and a small flag the driver fetches to know it was taken."""
+        return self.core.snapshot(), True
+
     def restore(self, snap: dict) -> None:
         self.core.restore(snap)
 

@@ -88,9 +88,15 @@ class RayBackend:
 
     name = "ray"
 
-    def __init__(self, cfg: RunConfig, resources: dict[str, float] | None = None):
+    def __init__(self, cfg: RunConfig, resources: dict[str, float] | None = None,
+                 name: str | None = None, namespace: str | None = None):  # fmt: skip
+        """``name`` prefixes the actors' names (default: the run id), so the dashboard's
+        Actors page shows ``<run_id>/server`` and ``<run_id>/worker-<k>``; ``namespace``
+        groups them (one per sweep)."""
         self.cfg = cfg
         self.resources = resources
+        self.name = name or cfg.run_id
+        self.namespace = namespace
         self.workers: list = []
         self.server = None
         self.device = "cpu"
@@ -121,19 +127,48 @@ class RayBackend:
         else:
             opts.update(num_cpus=e.cpu_per_worker)
         self.workers = [
-            ClientWorkerActor.options(**opts).remote(setup_ref, self.device) for _ in range(size)
+            ClientWorkerActor.options(**opts, **self._named(f"worker-{k}")).remote(
+                setup_ref, self.device
+            )
+            for k in range(size)
         ]
-        self.server = ServerActor.remote(setup_ref)
+        self.server = ServerActor.options(**self._named("server")).remote(setup_ref)
         self.restarts = 0
+        self._snap_ref = None
         self._take_snapshot(0)
 
     # ------------------------------------------------------------ the server survives its actor
 
-    def _take_snapshot(self, t: int) -> None:
+    def _named(self, role: str) -> dict:
+        """Actor options that name it ``<name>/<role>`` (unique: a name still held by an actor
+        of another run gets a numbered suffix)."""
+        base = f"{self.name}/{role}"
+        name = base
+        for k in range(2, 100):
+            try:
+                ray.get_actor(name, namespace=self.namespace)
+            except ValueError:
+                break  # free
+            name = f"{base}#{k}"
+        opts: dict = {"name": name}
+        if self.namespace:
+            opts["namespace"] = self.namespace
+        return opts
+
+    def _take_snapshot(self, t: int, selected: list[int] | None = None) -> None:
         """Keep the server's state after round t as an object the driver owns, so it outlives
-        the server actor; the rounds played since are replayed after a restart."""
-        self._snap_ref = self.server.snapshot.remote()
-        ray.wait([self._snap_ref], fetch_local=False)  # taken before the next round starts
+        the server actor; the rounds played since are replayed after a restart. A server that
+        dies before the snapshot is taken leaves the last good one in place (and round t joins
+        the rounds to replay)."""
+        snap_ref, ok_ref = self.server.snapshot_checked.remote()
+        try:
+            ray.get(ok_ref)
+        except ray.exceptions.RayActorError:
+            if self._snap_ref is None:
+                raise  # no earlier snapshot to fall back on
+            self._since.append((t, selected or []))
+            return
+        self._snap_ref = snap_ref
         self._snap_round = t
         self._since: list[tuple[int, list[int]]] = []
 
@@ -145,7 +180,9 @@ class RayBackend:
         except Exception:  # noqa: BLE001 - it is already gone
             pass
         self.restarts += 1
-        self.server = ServerActor.remote(self._setup_ref)
+        self.server = ServerActor.options(**self._named(f"server-{self.restarts}")).remote(
+            self._setup_ref
+        )
         ray.get(self.server.restore.remote(self._snap_ref))
         for t, selected in self._since:
             self._play(t, selected)
@@ -177,7 +214,7 @@ class RayBackend:
         report = self._survive(lambda: self._play(t, selected))
         every = self.cfg.engine.server_snapshot_every
         if every > 0 and t % every == 0:
-            self._take_snapshot(t)
+            self._take_snapshot(t, selected)
         else:
             self._since.append((t, selected))
         return report
@@ -193,6 +230,7 @@ class RayBackend:
 
     def restore(self, snap: dict) -> None:
         ray.get(self.server.restore.remote(snap))
+        self._snap_ref = None
         self._take_snapshot(-1)  # the resumed state is the new base
 
     def close(self) -> None:

@@ -27,6 +27,14 @@ def describe(config: dict[str, Any]) -> str:
     return f"[{label}] {text}" if label else text
 
 
+def trial_label(stage: str, trial) -> str:
+    """A trial's name in Tune and on the dashboard: stage, id and short parameters."""
+    text = describe(trial.config).replace(" ", ",").replace("[", "").replace("]", "")
+    name = f"{stage}-{trial.trial_id}-{text}"
+    safe = "".join(c if c.isalnum() or c in "-_.,=" else "_" for c in name)
+    return safe[:120]
+
+
 class ConsoleReporter(Callback):
     """Trial start/end lines and a progress line, through ``say``."""
 

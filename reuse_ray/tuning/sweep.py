@@ -96,7 +96,7 @@ def _tune_run(
 ):  # fmt: skip
     from ray import tune
 
-    from .console import ConsoleReporter
+    from .console import ConsoleReporter, trial_label
 
     storage = str(Path(spec.results_dir, "_tune").resolve())
     name = f"{spec.name}-{stage}"
@@ -118,6 +118,8 @@ def _tune_run(
                 search_alg=search_alg, num_samples=num_samples, metric=metric, mode=mode,
                 # a grid generator carries its own limit (set in make_searcher)
                 max_concurrent_trials=None if _is_variant_generator(search_alg) else concurrency,
+                trial_name_creator=lambda trial: trial_label(stage, trial),
+                trial_dirname_creator=lambda trial: trial_label(stage, trial),
             ),
             run_config=tune.RunConfig(
                 name=name, storage_path=storage, verbose=min(verbose, 3),

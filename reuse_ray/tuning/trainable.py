@@ -108,7 +108,8 @@ def trial_main(
         t = spec.trial
         pool = {"GPU": t.workers * t.gpu_fraction} if t.gpu_fraction > 0 else {
             "CPU": t.workers * t.cpu_per_worker}  # fmt: skip
-        backend = RayBackend(cfg, resources=pool)
+        backend = RayBackend(cfg, resources=pool, name=f"{cfg.run_id}/{trial_id or stage}",
+                             namespace=f"reuse_ray-{spec.name}")  # fmt: skip
     summary = run_fl(
         cfg,
         backend=backend,

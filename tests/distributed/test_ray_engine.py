@@ -197,18 +197,34 @@ class _CorruptClientBackend(RayBackend):
 
 
 class _ServerKiller(RayBackend):
-    """SIGKILLs the server actor's process before round ``at`` (and, mid-round, in round
-    ``at + 2``, while the clients work)."""
+    """SIGKILLs the server actor's process before round ``at``, and in round ``at + 2`` after
+    the clients worked, just before the server's step."""
 
     at = 2
+    mid_done = False
 
     def run_round(self, t, selected):
         if t == self.at:
             os.kill(ray.get(self.server.pid.remote()), signal.SIGKILL)
-        if t == self.at + 2:
-            pid = ray.get(self.server.pid.remote())
-            threading.Timer(0.2, os.kill, (pid, signal.SIGKILL)).start()
         return super().run_round(t, selected)
+
+    def _play(self, t, selected):
+        if t != self.at + 2 or self.mid_done:
+            return super()._play(t, selected)
+        self.mid_done = True
+        import reuse_ray.distributed.backend as rb
+
+        step = rb.RemoteServer.step
+
+        def killing_step(srv, *args, **kwargs):
+            os.kill(ray.get(srv.actor.pid.remote()), signal.SIGKILL)
+            return step(srv, *args, **kwargs)
+
+        rb.RemoteServer.step = killing_step
+        try:
+            return super()._play(t, selected)
+        finally:
+            rb.RemoteServer.step = step
 
 
 def test_killing_the_server_actor_changes_nothing(tmp_path):
@@ -218,7 +234,7 @@ def test_killing_the_server_actor_changes_nothing(tmp_path):
     hit = _ray(small_config(tmp_path / "hit", **kw), num_workers=2)
     backend = _ServerKiller(hit)
     assert run_fl(hit, backend=backend).status == "finished"
-    assert backend.restarts >= 2  # the kills really happened and were survived
+    assert backend.restarts == 2 and backend.mid_done  # both kills happened and were survived
     a, b = _frames(calm.results_dir), _frames(hit.results_dir)
     for name in a:
         pd.testing.assert_frame_equal(a[name], b[name], check_exact=True)

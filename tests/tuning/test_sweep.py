@@ -14,6 +14,7 @@ import ray
 import yaml
 
 from reuse_ray.config import ConfigError
+from reuse_ray.errors import UserError
 from reuse_ray.results import read_table
 from reuse_ray.tuning import derive_concurrency, pareto_front, parse_sweep, run_sweep
 
@@ -149,7 +150,7 @@ def test_tpe_search_then_final_stage_validation_only(tmp_path):
     assert main(["report", str(tmp_path / "sweep"), "--out", str(tmp_path / "rep2")]) == 0
     assert (tmp_path / "rep2" / "report.html").is_file()
     # rerunning without --resume refuses to overwrite
-    with pytest.raises(FileExistsError, match="--resume"):
+    with pytest.raises(UserError, match="--resume"):
         run_sweep(parse_sweep(raw), say=lambda m: None)
 
 
