@@ -120,6 +120,12 @@ def downlink_table(res: Results, T: int | None = None) -> pd.DataFrame:
     }).reset_index()  # fmt: skip
 
 
+def _mean_fmt(values: pd.Series, scale: float, fmt: str) -> str:
+    """The mean of a column divided by ``scale``, formatted; empty when nothing is known."""
+    v = float(values.mean()) if values.notna().any() else float("nan")
+    return "" if not np.isfinite(v) else format(v / scale, fmt)
+
+
 def leaderboard(res: Results, T: int | None = None) -> pd.DataFrame:
     """Per arm at round T, over seeds: validation and test accuracy (mean ± SD), the restricted
     uplink saving, measured MB up and down per run, server and client memory (MB) at the end,
@@ -139,11 +145,12 @@ def leaderboard(res: Results, T: int | None = None) -> pd.DataFrame:
             row[name] = "" if not np.isfinite(m) else (f"{m:.3f} ± {s:.3f}" if np.isfinite(s)
                                                        else f"{m:.3f}")  # fmt: skip
         row["uplink saving"] = f"{100 * g['cum_saving_restricted'].mean():.2f} %"
-        row["up MB"] = f"{float(g['cum_up_measured'].mean()) / 1e6:.1f}"
-        row["down MB"] = f"{float(g['cum_down_measured'].mean()) / 1e6:.1f}"
-        row["server memory MB"] = f"{float(g['server_memory_bytes'].mean()) / 1e6:.2f}"
-        row["client memory MB"] = f"{float(g['client_memory_bytes'].mean()) / 1e6:.2f}"
-        row["client steps"] = int(round(float(g["client_steps"].mean())))
+
+        row["up MB"] = _mean_fmt(g["cum_up_measured"], 1e6, ".1f")
+        row["down MB"] = _mean_fmt(g["cum_down_measured"], 1e6, ".1f")
+        row["server memory MB"] = _mean_fmt(g["server_memory_bytes"], 1e6, ".2f")
+        row["client memory MB"] = _mean_fmt(g["client_memory_bytes"], 1e6, ".2f")
+        row["client steps"] = _mean_fmt(g["client_steps"], 1, ".0f")
         rows.append(row)
     return pd.DataFrame(rows)
 
