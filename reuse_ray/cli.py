@@ -37,7 +37,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     cfg = load_run_config(args.config, _run_overrides(args))
     try:
-        summary = run_fl(cfg, progress=_print, force=args.force)
+        from .engine import RunHooks
+
+        summary = run_fl(cfg, progress=_print, force=args.force, hooks=RunHooks(mlflow=args.mlflow))
     finally:
         _shutdown_ray()
     row = summary.row
@@ -65,7 +67,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         overrides.append(f"base.engine.ray_address={args.address}")
     spec = load_sweep(args.sweep, overrides)
     try:
-        run_sweep(spec, resume=args.resume, final_only=args.final, say=_print, verbose=args.verbose)
+        run_sweep(spec, resume=args.resume, final_only=args.final, say=_print,
+                  verbose=args.verbose, mlflow=args.mlflow)  # fmt: skip
     finally:
         _shutdown_ray()
     return 0
@@ -121,6 +124,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--backend", choices=["ray", "local"], help="engine backend (default: engine.backend)"
     )
     r.add_argument("--address", help="Ray cluster address (sets engine.ray_address)")
+    r.add_argument("--mlflow", metavar="URI", help="also log to MLflow at URI (e.g. file:./mlruns)")
     r.add_argument(
         "--force",
         action="store_true",
@@ -138,6 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sw.add_argument("--results", help="results directory (overrides results_dir)")
     sw.add_argument("--address", help="Ray cluster address (sets base.engine.ray_address)")
+    sw.add_argument("--mlflow", metavar="URI", help="log every trial to MLflow at URI")
     sw.add_argument(
         "-v",
         "--verbose",

@@ -32,6 +32,7 @@ from ..models import head_parameter_names, init_model, resolve_model_name
 from ..participation import participation_probs
 from ..results import RunWriter
 from ..results.tensorboard import RoundScalars, run_folder
+from ..results.tracking import MlflowRun
 from ..results.writer import COMPLETE
 from ..state import StateLayout
 from ..training import configure_determinism, evaluate
@@ -61,6 +62,7 @@ class RunHooks:
     # replaced when the new attempt finishes) instead of refusing
     force: bool = False
     tensorboard: bool = True  # scalars by round under RESULTS/tensorboard/<method>[label]-seedS
+    mlflow: str | None = None  # an MLflow tracking URI: params and per-round metrics there
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -250,6 +252,7 @@ def run_fl(
 
     status, error = "running", None
     scalars: RoundScalars | None = None
+    tracked: MlflowRun | None = None
     completed = first_round - 1
     test = None
     memory = None
@@ -258,11 +261,18 @@ def run_fl(
         backend.start(setup)
         if resumed is not None:
             backend.restore(resumed.server)
+        label = hooks.extra.get("label") or (hooks.trial_id if hooks.stage == "search"
+                                             else None)  # fmt: skip
+        folder = run_folder(cfg.method.name, cfg.seed, label)
         if hooks.tensorboard:
-            label = hooks.extra.get("label") or (hooks.trial_id if hooks.stage == "search"
-                                                 else None)  # fmt: skip
-            scalars = RoundScalars(Path(cfg.results_dir) / "tensorboard",
-                                   run_folder(cfg.method.name, cfg.seed, label))  # fmt: skip
+            scalars = RoundScalars(Path(cfg.results_dir) / "tensorboard", folder)
+        if hooks.mlflow:
+            tracked = MlflowRun(
+                hooks.mlflow,
+                hooks.sweep or "reuse_ray",
+                folder,
+                {"run_id": run_id, "stage": hooks.stage, **flatten(cfg)},
+            )
         t_loop = time.perf_counter()
         for t in range(first_round, cfg.fl.rounds + 1):
             t0 = time.perf_counter()
@@ -280,6 +290,8 @@ def run_fl(
             row = recorder.record(t, report, val, time.perf_counter() - t0)
             if scalars is not None:
                 scalars.add(t, row, report, val)
+            if tracked is not None:
+                tracked.log_round(t, row, val)
             say(_progress_line(run_id, t, cfg.fl.rounds, row, val, recorder.cum,
                                time.perf_counter() - t_loop, t - first_round + 1))  # fmt: skip
             if val is not None:
@@ -330,4 +342,11 @@ def run_fl(
             writer.flush()
             if status in COMPLETE:
                 writer.commit()
+            if tracked is not None:
+                tracked.close(status, completed, {
+                    "final_val_acc": run_row.get("final_val_acc"),
+                    "test_acc": run_row.get("test_acc"),
+                    "final_cum_saving_restricted": run_row.get("cum_saving_restricted"),
+                    "final_cum_up_measured_MB": run_row.get("cum_up_measured", 0) / 1e6,
+                })  # fmt: skip
     return RunSummary(run_id, status, run_row, str(cfg.results_dir))

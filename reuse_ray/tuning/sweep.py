@@ -92,7 +92,7 @@ def pareto_front(df: pd.DataFrame) -> pd.Series:
 def _tune_run(
     spec: SweepSpec, stage: str, param_space, search_alg, metric, mode, num_samples: int,
     concurrency: int, resume: bool, reference: float | None, say=print, verbose: int = 0,
-    total: int | None = None,
+    total: int | None = None, mlflow: str | None = None,
 ):  # fmt: skip
     from ray import tune
 
@@ -102,7 +102,12 @@ def _tune_run(
     name = f"{spec.name}-{stage}"
     trainable = tune.with_resources(
         tune.with_parameters(
-            trial_main, spec=spec, stage=stage, reference_val=reference, verbose=verbose
+            trial_main,
+            spec=spec,
+            stage=stage,
+            reference_val=reference,
+            verbose=verbose,
+            mlflow=mlflow,
         ),
         tune.PlacementGroupFactory(spec.trial.bundles()),
     )
@@ -234,7 +239,8 @@ def write_trials(spec: SweepSpec, df: pd.DataFrame) -> Path:
 
 
 def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
-              say=print, verbose: int = 0) -> SweepOutcome:  # fmt: skip
+              say=print, verbose: int = 0,
+              mlflow: str | None = None) -> SweepOutcome:  # fmt: skip
     """Search (unless ``final_only``), write the trials table, then the final stage.
 
     ``verbose``: 0 prints our own trial lines only; 1 adds Tune's status tables; 2 also every
@@ -283,7 +289,8 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
         reference = _reference_val(spec, say)
         alg, metric, mode, space = make_searcher(spec, concurrency)
         results = _tune_run(spec, "search", space, alg, metric, mode, spec.search.num_samples,
-                            concurrency, resume, reference, say, verbose)  # fmt: skip
+                            concurrency, resume, reference, say, verbose,
+                            mlflow=mlflow)  # fmt: skip
         trials = _trials_table(spec, results, reference)
     if spec.search.searcher == "none":
         chosen = trials
@@ -320,7 +327,8 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
         say(f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
             "test split read once at the final round")  # fmt: skip
         _tune_run(spec, "final", {"final": tune.grid_search(points)}, None, None, None, 1,
-                  concurrency, resume, None, say, verbose, total=len(points))  # fmt: skip
+                  concurrency, resume, None, say, verbose, total=len(points),
+                  mlflow=mlflow)  # fmt: skip
         runs = read_table(spec.results_dir, "runs")
         final_runs = runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
         for (label, method), grp in final_runs.groupby(["label", "cfg.method.name"]):

@@ -62,7 +62,7 @@ def trial_metrics(spec: SweepSpec, row: dict[str, Any], val_acc: float | None,
 
 def trial_main(
     config: dict[str, Any], spec: SweepSpec, stage: str = "search",
-    reference_val: float | None = None, verbose: int = 0,
+    reference_val: float | None = None, verbose: int = 0, mlflow: str | None = None,
 ) -> None:  # fmt: skip
     """Run one trial. ``config`` holds dotted run-config params (final stage: under "final");
     ``verbose >= 2`` prints the run's per-round lines, below 1 Tune's checkpoint chatter is
@@ -100,6 +100,7 @@ def trial_main(
         on_round=on_round, checkpoint_every=spec.checkpoint_every, resume=resume,
         extra={"label": label},
         force=True,  # a repeated identical trial recomputes the same rows and replaces them
+        mlflow=mlflow,
     )  # fmt: skip
     backend = make_backend(cfg)
     if cfg.engine.backend == "ray":
