@@ -95,7 +95,7 @@ class RayBackend:
         groups them (one per sweep)."""
         self.cfg = cfg
         self.resources = resources
-        self.name = name or cfg.run_id
+        self.actor_prefix = name or cfg.run_id
         self.namespace = namespace
         self.workers: list = []
         self.server = None
@@ -142,7 +142,7 @@ class RayBackend:
     def _named(self, role: str) -> dict:
         """Actor options that name it ``<name>/<role>`` (unique: a name still held by an actor
         of another run gets a numbered suffix)."""
-        base = f"{self.name}/{role}"
+        base = f"{self.actor_prefix}/{role}"
         name = base
         for k in range(2, 100):
             try:

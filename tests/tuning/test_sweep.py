@@ -255,3 +255,17 @@ def test_a_sweep_whose_every_trial_fails_writes_its_trials_and_says_why(tmp_path
     assert len(trials) == 2 and (trials["status"] == "error").all()
     assert trials["error"].str.contains("too small for the shallow CNN").all()
     assert any("too small for the shallow CNN" in line for line in said)
+
+
+def test_a_diverged_trial_reads_nan_in_trials_and_runs(tmp_path):
+    raw = sweep(tmp_path, search={"space": "fedavg", "searcher": "random", "num_samples": 1,
+                                  "seed": 0})  # fmt: skip
+    raw["base"]["method"] = {"name": "fedavg"}
+    raw["base"]["train"] = {"epochs": 1, "batch_size": 32, "lr": 1.0e8}  # blows up at once
+    spec = parse_sweep(raw)
+    with pytest.raises(Exception, match="no search trial finished"):
+        run_sweep(spec, say=lambda _m: None)
+    runs = read_table(spec.results_dir, "runs")
+    trials = pd.read_parquet(Path(spec.results_dir) / "trials" / "t.parquet")
+    assert runs["status"].tolist() == ["diverged"] and trials["status"].tolist() == ["diverged"]
+    assert runs["final_val_acc"].isna().all() and trials["val_acc"].isna().all()
