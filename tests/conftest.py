@@ -216,4 +216,7 @@ def stop_ray_under(temp_dir: str) -> int:
                 ended += 1
             except ProcessLookupError:
                 pass
+    import shutil
+
+    shutil.rmtree(temp_dir, ignore_errors=True)
     return ended

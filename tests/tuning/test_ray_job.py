@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,17 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def _submit(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """``ray job submit``, retried while the new head's job agent is still starting (it answers
+    "No available agent" for a few seconds after `ray start`)."""
+    for _ in range(12):
+        job = subprocess.run(cmd, **kwargs)
+        if "No available agent" not in job.stdout + job.stderr:
+            return job
+        time.sleep(5)
+    return job
 
 
 def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
@@ -40,7 +52,7 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
     try:
         assert start.returncode == 0, start.stdout + start.stderr
         results = tmp_path / "job-results"
-        job = subprocess.run(
+        job = _submit(
             [ray_cli, "job", "submit", "--address", f"http://127.0.0.1:{dash}",
              "--working-dir", str(ROOT), "--", "reuse-ray", "run", "sweeps/quickstart.yaml",
              "--set", "fl.rounds=2", "--set", "train.epochs=1", "--results", str(results)],
@@ -53,7 +65,7 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
         assert len(read_table(results, "rounds")) == 2
 
         sweep_results = tmp_path / "sweep-results"
-        job = subprocess.run(
+        job = _submit(
             [ray_cli, "job", "submit", "--address", f"http://127.0.0.1:{dash}",
              "--working-dir", str(ROOT), "--", "reuse-ray", "sweep", "sweeps/quickstart.yaml",
              "--set", "base.fl.rounds=3", "--set", "search.num_samples=2",
