@@ -98,6 +98,13 @@ def _tune_run(
 
     from .console import ConsoleReporter, trial_label
 
+    if verbose < 1:  # our own lines only: no experiment box, no INFO chatter from Tune
+        import logging
+
+        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+        for name in ("ray.tune", "ray.train", "ray.air"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+
     storage = str(Path(spec.results_dir, "_tune").resolve())
     name = f"{spec.name}-{stage}"
     trainable = tune.with_resources(
@@ -252,6 +259,10 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
 
     resources = ray.cluster_resources()
     concurrency = derive_concurrency(spec, resources)
+    if verbose < 1:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
     search_dir = Path(spec.results_dir, "_tune", f"{spec.name}-search")
     final_dir = Path(spec.results_dir, "_tune", f"{spec.name}-final")
     if (search_dir.exists() or final_dir.exists()) and not resume and not final_only:

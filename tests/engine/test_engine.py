@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pandas as pd
@@ -268,3 +269,18 @@ def test_search_stage_never_reads_the_test_split(tmp_path):
     assert summary.status == "finished" and data.test_reads == 0
     row = read_table(cfg.results_dir, "runs").iloc[0]
     assert row["stage"] == "search" and row["test_reads"] == 0 and pd.isna(row["test_acc"])
+
+
+def test_every_cfg_column_groups_in_pandas(tmp_path):
+    """Scalars only in cfg.* columns (list fields are JSON strings), across several methods."""
+    for method in ("fedavg", "mifa"):
+        cfg = small_config(tmp_path, method__name=method, fl__rounds=1,
+                           fl__participation="groups", fl__group_probs=[0.5, 1.0])  # fmt: skip
+        run_fl(cfg)
+    runs = read_table(cfg.results_dir, "runs")
+    cols = [c for c in runs.columns if c.startswith("cfg.")]
+    for c in cols:
+        runs.groupby(c, dropna=False).size()  # raises TypeError on an unhashable value
+    assert len(runs.drop_duplicates(cols)) == 2
+    assert json.loads(runs["cfg.fl.group_probs"].iloc[0]) == [0.5, 1.0]
+    assert json.loads(runs["cfg.data.synthetic_shape"].iloc[0]) == [1, 8, 8]

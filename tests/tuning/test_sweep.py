@@ -269,3 +269,21 @@ def test_a_diverged_trial_reads_nan_in_trials_and_runs(tmp_path):
     trials = pd.read_parquet(Path(spec.results_dir) / "trials" / "t.parquet")
     assert runs["status"].tolist() == ["diverged"] and trials["status"].tolist() == ["diverged"]
     assert runs["final_val_acc"].isna().all() and trials["val_acc"].isna().all()
+
+
+def test_the_default_console_is_quiet_and_says_what_each_trial_does(tmp_path, capfd):
+    from reuse_ray.cli import main
+
+    raw = sweep(tmp_path, search={"space": "fedavg", "searcher": "random", "num_samples": 2,
+                                  "seed": 0})  # fmt: skip
+    raw["base"]["method"] = {"name": "fedavg"}
+    raw["base"]["fl"]["rounds"] = 2
+    path = tmp_path / "quiet.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert main(["sweep", str(path)]) == 0
+    out = capfd.readouterr()
+    text = out.out + out.err
+    assert not any(ch in text for ch in "╭╰│┌└") and "+------" not in text  # no boxed table
+    assert text.count("search trial") >= 4  # a start and an end line per trial
+    assert "2/2 trials finished; best so far" in text
+    assert "Checkpoint successfully created" not in text
