@@ -36,6 +36,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .engine import run_fl
 
     cfg = load_run_config(args.config, _run_overrides(args))
+    _print(f"results root: {Path(cfg.results_dir).resolve()}")
     try:
         from .engine import RunHooks
 
