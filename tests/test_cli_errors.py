@@ -134,6 +134,20 @@ REPORTED = [  # the inputs of the issue
     ("sweep-dir", lambda tmp: ["sweep", str(tmp)], "is a directory"),
     ("base-drops-keys", run_file({"base": RUN, "fl": {"rounds": 3}}), "belong under base:"),
     ("other-method-block", run_set("method.dg.rho=0.5"), "method.dg': a block of method"),
+    (
+        "unreachable-address",
+        lambda tmp: [
+            "run",
+            _file(tmp, "c.yaml", RUN),
+            "--results",
+            str(tmp / "res"),
+            "--backend",
+            "ray",
+            "--address",
+            "127.0.0.1:1",
+        ],
+        "cannot reach a Ray cluster",
+    ),
 ]
 
 OWN = [  # more of our own
@@ -218,6 +232,7 @@ def done(tmp_path_factory):
                          ids=[c[0] for c in REPORTED + OWN])  # fmt: skip
 def test_bad_input_is_one_line_exit_2(name, argv, fragment, tmp_path, done, capsys, monkeypatch):
     (tmp_path / "done").symlink_to(done, target_is_directory=True)
+    monkeypatch.setenv("REUSE_RAY_CONNECT_TIMEOUT", "5")
     if name == "cuda-no-gpu":
         import torch
 
