@@ -137,16 +137,21 @@ def _fixed_budget_md(fb: pd.DataFrame) -> list[str]:
     return out
 
 
+def _runs_of(res: Results, stage: str) -> Results:
+    """The results of one stage's runs only."""
+    keep = set(res.runs.loc[res.runs["stage"] == stage, "run_id"])
+    return Results(
+        res.runs[res.runs["run_id"].isin(keep)], res.rounds[res.rounds["run_id"].isin(keep)],
+        res.client_events[res.client_events["run_id"].isin(keep)]
+        if len(res.client_events) else res.client_events, res.trials, res.excluded,
+    )  # fmt: skip
+
+
 def _stages(res: Results):
     """(stage, the results of that stage's runs) for every stage present, in a fixed order."""
     stages = res.runs["stage"].dropna().unique() if "stage" in res.runs else []
     for stage in [s for s in ("run", "search", "final") if s in stages]:
-        keep = set(res.runs.loc[res.runs["stage"] == stage, "run_id"])
-        yield stage, Results(
-            res.runs[res.runs["run_id"].isin(keep)], res.rounds[res.rounds["run_id"].isin(keep)],
-            res.client_events[res.client_events["run_id"].isin(keep)]
-            if len(res.client_events) else res.client_events, res.trials, res.excluded,
-        )  # fmt: skip
+        yield stage, _runs_of(res, stage)
 
 
 def _has_final(res: Results) -> bool:
@@ -154,14 +159,7 @@ def _has_final(res: Results) -> bool:
 
 
 def _final_or_all(res: Results) -> Results:
-    if not _has_final(res):
-        return res
-    keep = set(res.runs.loc[res.runs["stage"] == "final", "run_id"])
-    return Results(
-        res.runs[res.runs["run_id"].isin(keep)], res.rounds[res.rounds["run_id"].isin(keep)],
-        res.client_events[res.client_events["run_id"].isin(keep)]
-        if len(res.client_events) else res.client_events, res.trials, res.excluded,
-    )  # fmt: skip
+    return _runs_of(res, "final") if _has_final(res) else res
 
 
 STYLE = """

@@ -7,6 +7,8 @@ The first block is the inputs a new user tried; the second, more of our own.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import pytest
 import yaml
 
@@ -238,7 +240,7 @@ def test_bad_input_is_one_line_exit_2(name, argv, fragment, tmp_path, done, caps
 
         monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     args = argv(tmp_path)
-    with pytest.raises(SystemExit) if not args or "--frobnicate" in args else _nullctx() as ex:
+    with pytest.raises(SystemExit) if not args or "--frobnicate" in args else nullcontext() as ex:
         rc = main(args)
     if ex is not None:
         rc = ex.value.code
@@ -248,14 +250,6 @@ def test_bad_input_is_one_line_exit_2(name, argv, fragment, tmp_path, done, caps
     assert len(lines) == 1 and lines[0].startswith("reuse-ray: "), err
     assert "Traceback" not in err
     assert fragment in lines[0], lines[0]
-
-
-class _nullctx:
-    def __enter__(self):
-        return None
-
-    def __exit__(self, *exc):
-        return False
 
 
 def test_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):

@@ -26,7 +26,6 @@ from .api import (
     FILL,
     FRESH,
     WAITING,
-    ClientResult,
     ClientTask,
     MethodEnv,
     Received,
@@ -37,7 +36,7 @@ from .api import (
 )
 from .memory import MemoryBank
 from .registry import register
-from .uplink import ErrorFeedback, TopK, compressor_for, decode_update, encode_update
+from .uplink import ErrorFeedback, TopK, compressor_for, decode_update, train_and_send
 
 
 @dataclass(frozen=True)
@@ -104,10 +103,7 @@ class MIFA:
         return RoundPlan(self._tasks(state, everyone, t), decisions)
 
     def client_work(self, ctx, task: ClientTask, w: torch.Tensor):
-        res = ctx.train(task, w, lr=task.work.lr)
-        update, local = self.compressor.compress(res.delta, self.env.layout, task.local)
-        msg = encode_update(update, self.env.layout, task, ctx.num_samples(task.client))
-        return ClientResult((msg,), local, res.mean_loss, res.steps, res.finite)
+        return train_and_send(ctx, task, w, self.env.layout, self.compressor, lr=task.work.lr)
 
     def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
         return decode_update(messages[0], self.env.layout)

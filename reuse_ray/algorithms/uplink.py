@@ -18,7 +18,6 @@ import torch
 
 from ..accounting import restricted_bytes_of
 from ..codecs import (
-    KIND_UPDATE,
     SparseUpdate,
     decode,
     encode,
@@ -91,17 +90,17 @@ def decode_dense(message: bytes, layout: StateLayout) -> torch.Tensor:
 def train_and_send(
     ctx: ClientContext, task: ClientTask, w: torch.Tensor, layout: StateLayout,
     compressor: TopK | ErrorFeedback, *, mu: float = 0.0, skip: tuple[int, ...] = (),
-    extra: tuple[bytes, ...] = (),
+    extra: tuple[bytes, ...] = (), lr: float | None = None,
 ) -> ClientResult:  # fmt: skip
-    """The common client side: local training, the compressor, one update message (+ extra)."""
-    res = ctx.train(task, w, mu=mu)
+    """The common client side: local training (``lr`` overrides train.lr), the compressor, one
+    update message (+ extra)."""
+    res = ctx.train(task, w, mu=mu, lr=lr)
     update, state = compressor.compress(res.delta, layout, task.local)
     msg = encode_update(update, layout, task, ctx.num_samples(task.client), skip)
     return ClientResult((msg, *extra), state, res.mean_loss, res.steps, res.finite)
 
 
 __all__ = [
-    "KIND_UPDATE",
     "Compressor",
     "ErrorFeedback",
     "TopK",
