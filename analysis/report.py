@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import html
+import tempfile
 from pathlib import Path
 
 import pandas as pd
+
+from reuse_ray.results.storage import Storage, join
 
 from . import plots, tables
 from .load import AnalysisError, Results, load
@@ -14,8 +17,9 @@ from .load import AnalysisError, Results, load
 def write_report(
     locations, out: str | Path | None = None, T: int | None = None,
     reference: str | None = None, target: float | None = None,
-) -> Path:  # fmt: skip
-    """Write ``report.md`` and ``report.html`` with PNGs into ``out``; returns the .md path.
+) -> Path | str:  # fmt: skip
+    """Write ``report.md`` and ``report.html`` with PNGs into ``out`` (default: the first
+    location's ``report/``; a local folder or a URI); returns the .md path (a URI when remote).
 
     The comparison uses the final-stage runs when the results hold any (the paired, test-split
     stage of a sweep), else every finished run. ``T`` defaults to the last round all runs
@@ -31,12 +35,25 @@ def write_report(
     tables.check_arm(res, reference)
     if target is not None and not 0.0 < target <= 1.0:
         raise AnalysisError(f"--target {target}: a validation accuracy — allowed: (0, 1]")
-    out = Path(out) if out else Path(str(locations[0])) / "report"
+    target_loc = str(out) if out else join(str(locations[0]), "report")
+    local = Storage.of(target_loc).local_path
+    if local is None:  # a remote location: render here, then write each file once
+        with tempfile.TemporaryDirectory() as tmp:
+            _write(res_all, res, T, reference, target, locations, Path(tmp))
+            store = Storage.of(target_loc)
+            for f in sorted(Path(tmp).iterdir()):
+                store.write_bytes(f.name, f.read_bytes())
+        return join(target_loc, "report.md")
     try:
-        out.mkdir(parents=True, exist_ok=True)
+        local.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise AnalysisError(f"--out: cannot create {str(out)!r} ({err.strerror or err}) — "
+        raise AnalysisError(f"--out: cannot create {str(local)!r} ({err.strerror or err}) — "
                             "give a writable folder") from None  # fmt: skip
+    return _write(res_all, res, T, reference, target, locations, local)
+
+
+def _write(res_all: Results, res: Results, T: int, reference: str | None,
+           target: float | None, locations: list, out: Path) -> Path:  # fmt: skip
     which = "final stage" if _has_final(res_all) else "all stages"
     md = [f"# reuse_ray report\n\nSources: {', '.join(str(x) for x in locations)}\n",
           f"Runs compared: {len(res.runs)} finished ({which}); excluded unfinished runs: "

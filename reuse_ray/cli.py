@@ -11,7 +11,6 @@ import argparse
 import os
 import sys
 import traceback
-from pathlib import Path
 
 from .errors import UserError
 
@@ -21,9 +20,11 @@ def _print(msg: str) -> None:
 
 
 def _run_overrides(args: argparse.Namespace) -> list[str]:
+    from .results.storage import from_command_line
+
     overrides = list(args.set or [])
     if getattr(args, "results", None):
-        overrides.append(f"results_dir={args.results}")
+        overrides.append(f"results_dir={from_command_line(args.results)}")
     if getattr(args, "backend", None):
         overrides.append(f"engine.backend={args.backend}")
     if getattr(args, "address", None):
@@ -34,9 +35,11 @@ def _run_overrides(args: argparse.Namespace) -> list[str]:
 def cmd_run(args: argparse.Namespace) -> int:
     from .config import load_run_config
     from .engine import run_fl
+    from .results.storage import anchored, display
 
     cfg = load_run_config(args.config, _run_overrides(args))
-    _print(f"results root: {Path(cfg.results_dir).resolve()}")
+    cfg = cfg.replace(results_dir=anchored(cfg.results_dir)[0])
+    _print(f"results root: {display(cfg.results_dir)}")
     try:
         from .engine import RunHooks
 
@@ -44,7 +47,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         _shutdown_ray()
     row = summary.row
-    out = Path(cfg.results_dir).resolve()
+    out = display(cfg.results_dir)
 
     def fmt(v: float | None) -> str:
         return "n/a" if v is None else f"{v:.4f}"
@@ -59,11 +62,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from .results.storage import from_command_line
     from .tuning import load_sweep, run_sweep
 
     overrides = list(args.set or [])
     if args.results:
-        overrides.append(f"results_dir={args.results}")
+        overrides.append(f"results_dir={from_command_line(args.results)}")
     if args.address:
         overrides.append(f"base.engine.ray_address={args.address}")
     spec = load_sweep(args.sweep, overrides)
@@ -78,6 +82,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from analysis import write_report
 
+    args.results = [_newest_sweep(loc) for loc in args.results]
     if args.leaderboard:
         from analysis import load
         from analysis.report import _final_or_all
@@ -86,8 +91,25 @@ def cmd_report(args: argparse.Namespace) -> int:
         _print(markdown(leaderboard(_final_or_all(load(args.results)), args.round), digits=3))
         return 0
     path = write_report(args.results, args.out, args.round, args.reference, args.target)
-    _print(f"report: {path.resolve()} (and report.html, PNG figures beside it)")
+    _print(f"report: {path} (and report.html, PNG figures beside it)")
     return 0
+
+
+def _newest_sweep(location: str) -> str:
+    """A folder of dated sweeps (``…/sweeps/quickstart``) stands for its newest sweep."""
+    from .results.reader import is_results_root
+    from .results.storage import Storage, display, latest_dated
+
+    try:
+        store = Storage.of(location)
+        has_runs = store.is_dir("runs")
+        newest = None if has_runs or not is_results_root(location) else latest_dated(location)
+    except (OSError, ValueError):
+        return location
+    if newest is None:
+        return location
+    _print(f"{display(location)} holds dated sweeps; reporting the newest: {display(newest)}")
+    return newest
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:

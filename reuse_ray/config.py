@@ -395,7 +395,9 @@ class RunConfig:
     fl: FLConfig = field(default_factory=FLConfig)
     method: MethodConfig = field(default_factory=MethodConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
-    results_dir: str = "results"
+    # a local path or a pyarrow filesystem URI; relative (and "") below the results root,
+    # $REUSE_RAY_RESULTS or ~/reuse_ray_results (reuse_ray.results.storage.anchored)
+    results_dir: str = ""
 
     def __post_init__(self) -> None:
         _check_range("seed", self.seed, 0, MAX_SEED)

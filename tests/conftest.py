@@ -14,6 +14,18 @@ import pytest
 from reuse_ray.config import RunConfig, from_dict
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _results_root(tmp_path_factory):
+    """The default results root ($REUSE_RAY_RESULTS) of every test: never the user's home."""
+    before = os.environ.get("REUSE_RAY_RESULTS")
+    os.environ["REUSE_RAY_RESULTS"] = str(tmp_path_factory.mktemp("results_root"))
+    yield
+    if before is None:
+        os.environ.pop("REUSE_RAY_RESULTS", None)
+    else:
+        os.environ["REUSE_RAY_RESULTS"] = before
+
+
 def write_idx(path: Path, arr: np.ndarray, compress: bool = False) -> None:
     """Write an IDX (SN3 Pascal-Vincent) file exactly as the MNIST distribution stores it."""
     assert arr.dtype == np.uint8

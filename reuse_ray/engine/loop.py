@@ -16,7 +16,6 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +30,8 @@ from ..errors import UserError
 from ..models import head_parameter_names, init_model, resolve_model_name
 from ..participation import participation_probs
 from ..results import RunWriter
-from ..results.tensorboard import RoundScalars, run_folder
+from ..results.storage import Storage, anchored
+from ..results.tensorboard import RoundScalars, run_folder, tensorboard_dir
 from ..results.tracking import MlflowRun
 from ..results.writer import COMPLETE
 from ..state import StateLayout
@@ -87,15 +87,7 @@ def _fmt_bytes(n: float) -> str:
 def check_environment(cfg: RunConfig) -> None:
     """What a run needs from this machine, checked before any data or Ray work: a writable
     results directory, and CUDA where ``engine.device=cuda`` runs in this process."""
-    root = Path(cfg.results_dir)
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        probe = root / f".write-check-{os.getpid()}"
-        probe.touch()
-        probe.unlink()
-    except OSError as err:
-        raise UserError(f"results_dir: cannot write to {str(root)!r} ({err.strerror or err}) — "
-                        "give a writable folder (--results)") from None  # fmt: skip
+    Storage.of(cfg.results_dir).check_writable()
     e = cfg.engine
     starts_local_ray = e.backend == "ray" and not (e.ray_address or os.environ.get("RAY_ADDRESS"))
     if e.device == "cuda" and (e.backend == "local" or starts_local_ray):
@@ -201,6 +193,7 @@ def run_fl(
     destroyed: without ``force`` (or ``hooks.force``) the run refuses to start; with it, the new
     attempt's rows replace the old ones only when it finishes."""
     hooks = hooks or RunHooks()
+    cfg = cfg.replace(results_dir=anchored(cfg.results_dir)[0])
     check_environment(cfg)
     t_start = time.perf_counter()
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -264,8 +257,9 @@ def run_fl(
         label = hooks.extra.get("label") or (hooks.trial_id if hooks.stage == "search"
                                              else None)  # fmt: skip
         folder = run_folder(cfg.method.name, cfg.seed, label)
-        if hooks.tensorboard:
-            scalars = RoundScalars(Path(cfg.results_dir) / "tensorboard", folder)
+        logdir = tensorboard_dir(cfg.results_dir) if hooks.tensorboard else None
+        if logdir is not None:
+            scalars = RoundScalars(logdir, folder)
         if hooks.mlflow:
             tracked = MlflowRun(
                 hooks.mlflow,
@@ -340,8 +334,7 @@ def run_fl(
             })  # fmt: skip
             writer.set_run_row(run_row)
             writer.flush()
-            if status in COMPLETE:
-                writer.commit()
+            writer.finish(status)
             if tracked is not None:
                 tracked.close(status, completed, {
                     "final_val_acc": run_row.get("final_val_acc"),

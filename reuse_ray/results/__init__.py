@@ -1,8 +1,9 @@
-"""Results: the declared Parquet schema, the atomic writer and the reader."""
+"""Results: the declared Parquet schema, the writer, the reader and where results live."""
 
 from .reader import ResultsError, read_table
 from .schema import RUN_TABLES, SCHEMAS, TABLES, TIMING_COLUMNS
-from .writer import RunWriter, rows_to_table, table_path, write_atomic
+from .storage import Storage
+from .writer import RunWriter, rows_to_table
 
 __all__ = [
     "RUN_TABLES",
@@ -11,8 +12,7 @@ __all__ = [
     "TIMING_COLUMNS",
     "ResultsError",
     "RunWriter",
+    "Storage",
     "read_table",
     "rows_to_table",
-    "table_path",
-    "write_atomic",
 ]

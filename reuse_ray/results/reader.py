@@ -12,6 +12,7 @@ import pyarrow.parquet as pq
 
 from ..errors import UserError
 from .schema import SCHEMAS
+from .storage import Storage
 
 
 class ResultsError(UserError):
@@ -19,16 +20,18 @@ class ResultsError(UserError):
 
 
 def resolve(location: str | Path) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, path) of a results root: ``s3://…``, ``file://…`` or a local path."""
-    loc = str(location)
-    if "://" in loc:
-        return pafs.FileSystem.from_uri(loc)
-    return pafs.LocalFileSystem(), str(Path(loc).resolve())
+    """(filesystem, path) of a results root: a pyarrow filesystem URI or a local path."""
+    store = Storage.of(location)
+    return store.fs, store.root
 
 
 def is_results_root(location: str | Path) -> bool:
-    fs, root = resolve(location)
-    return fs.get_file_info(root).type == pafs.FileType.Directory
+    """Whether the location is a folder (on an object store: any object lies below it)."""
+    store = Storage.of(location)
+    try:
+        return store.is_dir() or bool(store.listdir())
+    except (OSError, ValueError):
+        return False
 
 
 def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:

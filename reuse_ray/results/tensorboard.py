@@ -1,7 +1,9 @@
 """TensorBoard scalars by FL round (issue: monitoring), for ``reuse-ray run`` and every sweep
 trial: ``tensorboard --logdir RESULTS/tensorboard``.
 
-One folder per run, ``<method>[<label>]-seed<seed>``; the step of every scalar is the FL round.
+On a remote results root the event files go to ``$REUSE_RAY_TENSORBOARD`` (a local folder), or
+are not written. One folder per run, ``<method>[<label>]-seed<seed>``; the step of every scalar
+is the FL round.
 Validation metrics are written on evaluation rounds only (no repeated values), beside the
 training loss, cumulative uplink MB in both ledgers, the restricted saving, the decision counts,
 the DG gate's firing rate where the method has a gate, and the round's wall time. The writer is
@@ -13,6 +15,23 @@ from __future__ import annotations
 import re
 from pathlib import Path
 from typing import Any
+
+TENSORBOARD_ENV = "REUSE_RAY_TENSORBOARD"
+
+
+def tensorboard_dir(results_dir: str) -> Path | None:
+    """Where a run's event files go: ``RESULTS/tensorboard`` on a local results root; on a
+    remote one (s3://…) the local folder ``$REUSE_RAY_TENSORBOARD`` if set, else nowhere (the
+    writer appends to open files, which object stores cannot do)."""
+    import os
+
+    from .storage import Storage
+
+    local = Storage.of(results_dir).local_path
+    if local is not None:
+        return local / "tensorboard"
+    env = os.environ.get(TENSORBOARD_ENV, "").strip()
+    return Path(env).expanduser() if env else None
 
 
 def run_folder(method: str, seed: int, label: str | None = None) -> str:

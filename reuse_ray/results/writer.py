@@ -1,14 +1,15 @@
-"""The one Parquet writer: rows are checked against the declared schema and written atomically.
+"""The one Parquet writer: rows are checked against the declared schema and never seen half
+written.
 
-Each table of a run is one file, rewritten whole at every flush through a hidden temporary file
-and ``os.replace``, so a reader never sees a half-written file and a crash loses at most the
-rounds since the last flush. Hidden files (leading ``.``) are ignored by pyarrow datasets.
+Each table of a run is one file, rewritten whole at every flush (on local disks through a hidden
+temporary file and an atomic rename; on object stores under a hidden attempt name, then once
+under the final name), so a crash loses at most the rounds since the last flush. Hidden files
+(leading ``.``) are skipped by every reader.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -16,11 +17,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from .schema import PARTITION_COLUMN, RUN_TABLES, SCHEMAS
-
-
-def table_path(results_dir: str | Path, table: str, method: str, run_id: str) -> Path:
-    return Path(results_dir) / table / f"{PARTITION_COLUMN}={method}" / f"{run_id}.parquet"
-
+from .storage import Storage
 
 PARAM_PREFIX = "param."  # trials: one column per searched parameter (param.<dotted name>)
 
@@ -60,35 +57,28 @@ def rows_to_table(table: str, rows: list[dict[str, Any]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
 
 
-def write_atomic(path: Path, table: pa.Table) -> None:
-    """Write to a hidden temporary file in the same folder, then rename over the target."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        pq.write_table(table, tmp)
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-
-
 COMPLETE = ("finished", "diverged")  # a run in these states is a result; never destroyed
 
 
 class RunWriter:
-    """Accumulates one run's rows and writes its files under the results directory.
+    """Accumulates one run's rows and writes its files under a results location.
 
-    When the results directory already holds a complete result of the same run id, a new
-    attempt writes beside it under hidden names (which readers skip) and :meth:`commit` puts
-    its files in place only when it has finished, so the old rows are never lost to a crash.
+    Where the filesystem renames atomically (local disks), every flush replaces the run's
+    visible files, so a running run can be watched. On object stores, flushes go to hidden
+    attempt files (skipped by readers) and :meth:`finish` writes each final file once.
+
+    When the location already holds a complete result of the same run id, a new attempt is
+    staged under hidden names too, and :meth:`finish` puts its files in place only when it has
+    finished, so the old rows are never lost to a crash.
     """
 
     def __init__(self, results_dir: str | Path, run_id: str, method: str):
-        self.results_dir = Path(results_dir)
+        self.store = Storage.of(results_dir)
+        self.results_dir = str(results_dir)
         self.run_id = run_id
         self.method = method
         self.rows: dict[str, list[dict[str, Any]]] = {t: [] for t in RUN_TABLES}
-        self.staged = False
+        self.staged = False  # a forced rerun beside a complete result
 
     def add(self, table: str, row: dict[str, Any]) -> None:
         self.rows[table].append(row)
@@ -96,41 +86,55 @@ class RunWriter:
     def set_run_row(self, row: dict[str, Any]) -> None:
         self.rows["runs"] = [row]
 
-    def final_path(self, table: str) -> Path:
-        return table_path(self.results_dir, table, self.method, self.run_id)
+    def final_path(self, table: str) -> str:
+        """The file's path relative to the results location."""
+        return f"{table}/{PARTITION_COLUMN}={self.method}/{self.run_id}.parquet"
 
-    def path(self, table: str) -> Path:
-        p = self.final_path(table)
-        return p.with_name(f".{p.stem}.attempt.parquet") if self.staged else p
+    def attempt_path(self, table: str) -> str:
+        return f"{table}/{PARTITION_COLUMN}={self.method}/.{self.run_id}.attempt.parquet"
+
+    @property
+    def hidden(self) -> bool:
+        return self.staged or not self.store.renames
+
+    def path(self, table: str) -> str:
+        return self.attempt_path(table) if self.hidden else self.final_path(table)
 
     def previous_status(self) -> str | None:
         """The status in this run id's existing ``runs`` file, if there is one."""
-        p = self.final_path("runs")
-        if not p.exists():
+        rel = self.final_path("runs")
+        if not self.store.is_file(rel):
             return None
         try:
-            status = pq.read_table(p, columns=["status"]).column("status").to_pylist()
+            with self.store.fs.open_input_file(self.store.path(rel)) as fh:
+                status = pq.read_table(fh, columns=["status"]).column("status").to_pylist()
         except Exception:  # noqa: BLE001 - an unreadable file is no finished result
             return None
         return status[0] if status else None
 
     def stage(self) -> None:
-        """Write this attempt under hidden names until :meth:`commit`."""
+        """Write this attempt under hidden names until :meth:`finish`."""
         self.staged = True
 
-    def commit(self) -> None:
-        """Put a staged attempt's files in place of the previous ones (one rename each)."""
-        if not self.staged:
+    def finish(self, status: str) -> None:
+        """The last write of an attempt: its final files, unless it is a staged rerun that did
+        not finish (then the complete result it would replace stays)."""
+        if not self.hidden or (self.staged and status not in COMPLETE):
             return
         for table in RUN_TABLES:
-            staged = self.path(table)
-            if staged.exists():
-                os.replace(staged, self.final_path(table))
+            if self.store.renames:
+                if self.store.is_file(self.attempt_path(table)):
+                    self.store.fs.move(self.store.path(self.attempt_path(table)),
+                                       self.store.path(self.final_path(table)))  # fmt: skip
+            else:
+                self.store.write_parquet(self.final_path(table),
+                                         rows_to_table(table, self.rows[table]))  # fmt: skip
+                self.store.delete(self.attempt_path(table))
         self.staged = False
 
     def flush(self, tables: tuple[str, ...] | None = None) -> None:
         for table in tables or tuple(RUN_TABLES):
-            write_atomic(self.path(table), rows_to_table(table, self.rows[table]))
+            self.store.write_parquet(self.path(table), rows_to_table(table, self.rows[table]))
 
     def clear_previous(self) -> None:
         """Remove files an unfinished previous attempt of this run id left, so rows never mix.
@@ -138,6 +142,5 @@ class RunWriter:
         if self.previous_status() in COMPLETE:
             raise RuntimeError(f"refusing to remove the complete result of run {self.run_id}")
         for table in RUN_TABLES:
-            p = self.final_path(table)
-            if p.exists():
-                p.unlink()
+            self.store.delete(self.final_path(table))
+            self.store.delete(self.attempt_path(table))

@@ -22,12 +22,16 @@ A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these bloc
       workers: 1                     # ray: client-worker actors per trial
       cpu_per_worker: 1
       gpu_fraction: 0                # ray: GPU share of each worker (0: CPU workers)
+      resources: {}                  # custom resources of the trial driver's bundle
+      max_failures: 2                # restarts from the last checkpoint after a crash
     checkpoint_every: 5              # rounds between trial checkpoints (server state, caches)
     final:                           # optional: the test-split stage
       seeds: [1001, 1002]            # fresh seeds, never used by the search
       top: 1                         # how many selected configurations
       compare: [{method.name: fedavg}]   # reference configs run on the same seeds (paired)
-    results_dir: results/sweeps/quickstart
+    results_dir: sweeps/quickstart   # relative: below the results root ($REUSE_RAY_RESULTS,
+                                     # else ~/reuse_ray_results), a fresh dated folder per
+                                     # sweep; absolute or a URI (s3://…): that exact folder
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import MAX_SEED, ConfigError, RunConfig, apply_overrides, from_dict, set_dotted
+from ..results.storage import anchored
 from ..yamlio import load_yaml_mapping
 
 SEARCHERS = ("tpe", "nsga2", "random", "grid", "none")
@@ -64,14 +69,20 @@ class TrialSpec:
     workers: int = 1
     cpu_per_worker: float = 1.0
     gpu_fraction: float = 0.0
+    # custom resources of the trial's driver bundle, e.g. {node_kind_a100: 1} to place trials
+    # on the nodes that declare it (`ray start --resources`)
+    resources: dict[str, float] = field(default_factory=dict)
+    # times a trial is restarted from its last checkpoint after its process or node died
+    max_failures: int = 2
 
     def bundles(self) -> list[dict[str, float]]:
         """The placement-group bundles of one trial: its driver, then its client workers."""
+        driver = {"CPU": self.cpus, **self.resources}
         if self.backend == "local":
-            return [{"CPU": self.cpus}]
+            return [driver]
         worker = {"GPU": self.gpu_fraction} if self.gpu_fraction > 0 else {
             "CPU": self.cpu_per_worker}  # fmt: skip
-        return [{"CPU": self.cpus}] + [dict(worker) for _ in range(self.workers)]
+        return [driver] + [dict(worker) for _ in range(self.workers)]
 
     def totals(self) -> dict[str, float]:
         out: dict[str, float] = {}
@@ -97,6 +108,9 @@ class SweepSpec:
     final: FinalSpec | None
     results_dir: str
     checkpoint_every: int = 5
+    # results_dir is a folder of dated sweeps (it was relative, anchored at the results root):
+    # each new sweep writes to a fresh YYYYMMDD-HHMMSS folder below it, --resume to the newest
+    dated: bool = False
 
     def run_config(self, params: dict[str, Any] | None = None, **top: Any) -> RunConfig:
         """The base config with dotted ``params`` and top-level fields applied.
@@ -256,6 +270,14 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     _positive("trial.workers", trial.workers, integer=True)
     _positive("trial.cpu_per_worker", trial.cpu_per_worker)
     _positive("trial.gpu_fraction", trial.gpu_fraction, zero=True)
+    _positive("trial.max_failures", trial.max_failures, integer=True, zero=True)
+    if not isinstance(trial.resources, dict) or any(
+        not isinstance(k, str) or k in ("CPU", "GPU", "memory") for k in trial.resources
+    ):
+        raise ConfigError("trial.resources", f"{trial.resources!r}; allowed: a mapping of "
+                          "custom resource names (not CPU/GPU) to amounts")  # fmt: skip
+    for k, v in trial.resources.items():
+        _positive(f"trial.resources.{k}", v)
 
     final = None
     if raw.get("final") is not None:
@@ -269,12 +291,16 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
             raise ConfigError("final.compare", "expected a list of mappings of run-config fields")
         final = FinalSpec(tuple(seeds), f.get("top", 1), tuple(compare))
         _positive("final.top", final.top, integer=True)
+    results_dir = raw.get("results_dir") or f"sweeps/{name}"
+    if not isinstance(results_dir, str):
+        raise ConfigError("results_dir", f"{results_dir!r}; allowed: a path or a URI")
+    # never relative to the working directory: Tune runs each trial in its own, and under
+    # `ray job submit` it is a package cache on the head node
+    location, relative = anchored(results_dir)
     spec = SweepSpec(
         name=name, base=base, search=search, trial=trial, final=final,
-        # absolute, because Tune runs each trial in its own working directory: a relative path
-        # would scatter the Parquet tables over the trials' folders
-        results_dir=str(Path(raw.get("results_dir") or f"results/sweeps/{name}").absolute()),
-        checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
+        results_dir=location, checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
+        dated=relative,
     )  # fmt: skip
     if search.searcher == "none" and final is None:
         raise ConfigError("final", "searcher none runs the grid in the final stage; add final:")

@@ -13,18 +13,19 @@ finished trials are not rerun and unfinished ones continue from their last check
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
 import re
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
 from ..errors import UserError
-from ..results import read_table, rows_to_table, write_atomic
+from ..results import read_table, rows_to_table
+from ..results.storage import Storage, dated_folder, display, join, latest_dated
 from .spaces import load_space
 from .spec import SweepSpec
 from .trainable import objective_value, trial_main
@@ -105,7 +106,7 @@ def _tune_run(
         for name in ("ray.tune", "ray.train", "ray.air"):
             logging.getLogger(name).setLevel(logging.WARNING)
 
-    storage = str(Path(spec.results_dir, "_tune").resolve())
+    storage, fs = tune_storage(spec.results_dir)
     name = f"{spec.name}-{stage}"
     trainable = tune.with_resources(
         tune.with_parameters(
@@ -118,10 +119,10 @@ def _tune_run(
         ),
         tune.PlacementGroupFactory(spec.trial.bundles()),
     )
-    path = os.path.join(storage, name)
-    if resume and tune.Tuner.can_restore(path):
+    path = f"{storage}/{name}"
+    if resume and tune.Tuner.can_restore(path, storage_filesystem=fs):
         tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
-                                   resume_errored=True)  # fmt: skip
+                                   resume_errored=True, storage_filesystem=fs)  # fmt: skip
     else:
         tuner = tune.Tuner(
             trainable,
@@ -134,12 +135,40 @@ def _tune_run(
                 trial_dirname_creator=lambda trial: trial_label(stage, trial),
             ),
             run_config=tune.RunConfig(
-                name=name, storage_path=storage, verbose=min(verbose, 3),
+                name=name, storage_path=storage, storage_filesystem=fs,
+                verbose=min(verbose, 3),
+                # a trial whose process or node died continues from its last checkpoint
+                failure_config=tune.FailureConfig(max_failures=int(spec.trial.max_failures)),
                 callbacks=[ConsoleReporter(say, stage, total or num_samples)],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
             ),
         )  # fmt: skip
     return tuner.fit()
+
+
+def tune_storage(results_dir: str):
+    """(storage_path, storage_filesystem) of a sweep's Tune experiments: ``RESULTS/_tune`` on
+    the results location's own filesystem, so trial checkpoints and the experiment state live
+    beside the Parquet tables and ``--resume`` works from any node."""
+    store = Storage.of(results_dir)
+    if store.local_path is not None:
+        return str(store.local_path / "_tune"), None
+    return store.path("_tune"), store.fs
+
+
+def sweep_folder(spec: SweepSpec, resume: bool) -> SweepSpec:
+    """The spec with its sweep's own folder: a folder of dated sweeps gets a fresh dated folder
+    (``--resume``: its newest)."""
+    if not spec.dated:
+        return spec
+    if resume:
+        newest = latest_dated(spec.results_dir)
+        if newest is None:
+            raise UserError(f"--resume: no earlier sweep {spec.name!r} under "
+                            f"{display(spec.results_dir)} — run it without --resume, or give "
+                            "its folder with --results")  # fmt: skip
+        return dataclasses.replace(spec, results_dir=newest, dated=False)
+    return dataclasses.replace(spec, results_dir=dated_folder(spec.results_dir), dated=False)
 
 
 def _is_variant_generator(alg) -> bool:
@@ -233,16 +262,19 @@ def select(df: pd.DataFrame, spec: SweepSpec, top: int) -> pd.DataFrame:
     return ok.sort_values(["objective_value", "val_acc"], ascending=False).head(top)
 
 
-def write_trials(spec: SweepSpec, df: pd.DataFrame) -> Path:
+def write_trials(spec: SweepSpec, df: pd.DataFrame) -> str:
     """The trials table, with one ``param.<name>`` column per searched parameter."""
-    path = Path(spec.results_dir) / "trials" / f"{spec.name}.parquet"
     rows = []
     for rec in df.to_dict("records"):
         rec = {k: v for k, v in rec.items() if not str(k).startswith("param.")}
         params = json.loads(rec["params_json"]) if rec.get("params_json") else {}
         rows.append(dict(rec, **{f"param.{k}": v for k, v in params.items()}))
-    write_atomic(path, rows_to_table("trials", rows))
-    return path
+    Storage.of(spec.results_dir).write_parquet(trials_file(spec), rows_to_table("trials", rows))
+    return join(spec.results_dir, trials_file(spec))
+
+
+def trials_file(spec: SweepSpec) -> str:
+    return f"trials/{spec.name}.parquet"
 
 
 def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
@@ -254,6 +286,11 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
     trial's per-round lines."""
     from ..distributed import ensure_ray
 
+    spec = sweep_folder(spec, resume or final_only)
+    store = Storage.of(spec.results_dir)
+    where = display(spec.results_dir)
+    say(f"results root: {where}")
+    store.check_writable()
     ensure_ray((spec.base.get("engine") or {}).get("ray_address"))
     import ray
 
@@ -263,20 +300,19 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-    search_dir = Path(spec.results_dir, "_tune", f"{spec.name}-search")
-    final_dir = Path(spec.results_dir, "_tune", f"{spec.name}-final")
-    if (search_dir.exists() or final_dir.exists()) and not resume and not final_only:
+    started = any(store.is_dir("_tune", f"{spec.name}-{stage}") for stage in ("search", "final"))
+    if started and not resume and not final_only:
         raise UserError(
-            f"sweep {spec.name!r} already has results in {Path(spec.results_dir).resolve()}; "
-            "pass --resume to continue it, or --results DIR for a new one"
+            f"sweep {spec.name!r} already has results in {where}; pass --resume to continue "
+            "it, or --results DIR for a new one"
         )
     say(f"sweep {spec.name}: {spec.search.searcher} over "
         f"{spec.search.space or list(spec.search.grid)} ({spec.search.objective}), "
         f"{spec.search.num_samples} samples, {concurrency} concurrent trials of "
         f"{spec.trial.bundles()} on {resources.get('CPU', 0):g} CPUs / "
         f"{resources.get('GPU', 0):g} GPUs; "
-        f"results in {Path(spec.results_dir).resolve()}")  # fmt: skip
-    trials_path = Path(spec.results_dir) / "trials" / f"{spec.name}.parquet"
+        f"results in {where}")  # fmt: skip
+    trials_path = join(spec.results_dir, trials_file(spec))
     reference = None
     if spec.search.searcher == "none":
         import itertools
@@ -293,9 +329,9 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
             "params_json": json.dumps(c, sort_keys=True), "error": None,
         } for c in combos])  # fmt: skip
     elif final_only:
-        if not trials_path.is_file():
+        if not store.is_file(trials_file(spec)):
             raise UserError(f"--final needs a finished search: {trials_path} is missing")
-        trials = pd.read_parquet(trials_path)
+        trials = pd.read_parquet(store.path(trials_file(spec)), filesystem=store.fs)
     else:
         reference = _reference_val(spec, say)
         alg, metric, mode, space = make_searcher(spec, concurrency)
@@ -346,7 +382,7 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
             say(f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "
                 f"{grp['seed'].nunique()} seeds, cum_saving="
                 f"{100 * grp['cum_saving_restricted'].mean():.2f}%")  # fmt: skip
-    say(f"Parquet: {Path(spec.results_dir).resolve()}  (pandas.read_parquet(DIR/'rounds'))")
+    say(f"Parquet: {where}  (pandas.read_parquet(DIR/'rounds'))")
     try:
         import warnings
 
@@ -355,10 +391,11 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             report = write_report(spec.results_dir)
-        say(f"report: {report.resolve()}")
+        say(f"report: {report}")
     except Exception as err:  # noqa: BLE001 - the results stay; only the report is missing
         say(f"report: not written ({type(err).__name__}: {err}); run reuse-ray report "
-            f"{spec.results_dir} to retry")  # fmt: skip
+            f"{where} to retry")  # fmt: skip
+    say(f"results root: {where}")
     return SweepOutcome(spec.results_dir, trials, selected, final_runs)
 
 

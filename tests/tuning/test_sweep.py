@@ -227,17 +227,46 @@ def test_protocol_searcher_none_runs_every_grid_cell_on_the_final_seeds(tmp_path
     assert cells == [("dg_fedreuse", 0.2), ("dg_fedreuse", 1.0), ("fedavg", 0.2), ("fedavg", 1.0)]
 
 
-def test_relative_results_dir_is_anchored_at_the_submitting_directory(tmp_path, monkeypatch):
-    # Tune runs trials in per-trial working directories; a relative results_dir must not
-    # follow them there
+def test_a_relative_results_dir_is_a_folder_of_dated_sweeps_under_the_results_root(
+    tmp_path, monkeypatch
+):  # fmt: skip
+    # never the working directory: Tune runs trials in their own, and `ray job submit` runs the
+    # driver in a package cache on the head node
+    from reuse_ray.tuning.sweep import sweep_folder
+
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("REUSE_RAY_RESULTS", str(tmp_path / "root"))
     raw = yaml.safe_load(
         Path(__file__).resolve().parents[2].joinpath("sweeps/quickstart.yaml").read_text()
     )
     raw["results_dir"] = "out/qs"
     spec = parse_sweep(raw)
-    assert spec.results_dir == str(tmp_path / "out" / "qs")
-    assert spec.run_config().results_dir == str(tmp_path / "out" / "qs")
+    assert spec.results_dir == str(tmp_path / "root" / "out" / "qs") and spec.dated
+    first = sweep_folder(spec, resume=False)
+    (Path(first.results_dir) / "_tune").mkdir(parents=True)
+    second = sweep_folder(spec, resume=False)
+    assert first.results_dir != second.results_dir  # two submissions, two sweeps
+    for s in (first, second):
+        assert Path(s.results_dir).parent == tmp_path / "root" / "out" / "qs"
+        assert s.run_config().results_dir == s.results_dir and not s.dated
+    (Path(second.results_dir) / "_tune").mkdir(parents=True)
+    assert sweep_folder(spec, resume=True).results_dir == second.results_dir  # the newest
+    # an absolute folder (or --results) is used as it is
+    raw["results_dir"] = str(tmp_path / "exact")
+    exact = parse_sweep(raw)
+    assert not exact.dated and sweep_folder(exact, False).results_dir == str(tmp_path / "exact")
+
+
+def test_resume_without_an_earlier_dated_sweep_is_one_clear_error(tmp_path, monkeypatch):
+    from reuse_ray.errors import UserError
+    from reuse_ray.tuning.sweep import sweep_folder
+
+    monkeypatch.setenv("REUSE_RAY_RESULTS", str(tmp_path))
+    raw = yaml.safe_load(
+        Path(__file__).resolve().parents[2].joinpath("sweeps/quickstart.yaml").read_text()
+    )
+    with pytest.raises(UserError, match="no earlier sweep 'quickstart'"):
+        sweep_folder(parse_sweep(raw), resume=True)
 
 
 def test_a_sweep_whose_every_trial_fails_writes_its_trials_and_says_why(tmp_path, capsys):
