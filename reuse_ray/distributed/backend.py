@@ -15,6 +15,7 @@ and the round.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 
@@ -54,6 +55,33 @@ def _probe(address: str, timeout: float) -> None:
                         f"({err.strerror or err}) — {CONNECT_HINT}") from None  # fmt: skip
 
 
+@contextlib.contextmanager
+def loopback_only():
+    """While inside, a Ray instance this process starts listens on 127.0.0.1 only.
+
+    On Linux Ray gives a new local node its outward address (``_node_ip_address="127.0.0.1"``
+    is rewritten to it) and its gRPC servers (GCS, raylet, workers) listen on every interface.
+    Ray's single-machine mode — the one it uses on macOS and Windows — names the node
+    127.0.0.1 and binds every server (GCS, raylet, agents, workers) there; it is switched by
+    ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``, read by ``ray_constants`` at import and inherited by
+    the processes Ray starts (so it is set only while they are started). Only for an instance
+    started here: a cluster the user connects to keeps its own addresses."""
+    from ray._private import ray_constants
+
+    name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
+    before_env, before = os.environ.get(name), ray_constants.ENABLE_RAY_CLUSTER
+    os.environ[name] = "0"
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        yield
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = before
+        if before_env is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before_env
+
+
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to ``address`` (or $RAY_ADDRESS), else start a local Ray; no-op if connected.
 
@@ -68,7 +96,8 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     if address not in (None, "auto", "local"):
         _probe(address, float(os.environ.get("REUSE_RAY_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S)))
     try:
-        ray.init(address=address, log_to_driver=True, **kwargs)
+        with loopback_only() if address is None else contextlib.nullcontext():
+            ray.init(address=address, log_to_driver=True, **kwargs)
     except (ConnectionError, RuntimeError) as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if address is None and not any(k in text.lower() for k in ("auth", "token")):
