@@ -13,6 +13,8 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import socket
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -154,10 +156,23 @@ def _run_row(cfg: RunConfig, run_id: str, hooks: RunHooks, setup: RunSetup, back
         "dataset": cfg.data.name, "model": setup.model_name, "backend": backend.name,
         "rounds_planned": cfg.fl.rounds, "rounds_completed": 0, "num_params": setup.layout.dim,
         "dense_bytes": setup.layout.dense_bytes, "started_at": started_at, "test_reads": 0,
+        "host": socket.gethostname(), "ray_node": _ray_node(),
         "config_json": json.dumps(to_dict(cfg), sort_keys=True),
         **{f"cfg.{k}": json.dumps(v) if isinstance(v, list) else v
            for k, v in flatten(cfg).items()},
     }  # fmt: skip
+
+
+def _ray_node() -> str | None:
+    """The Ray node id of this process when it runs inside Ray (a trial, a Ray-backed driver);
+    Ray is not imported for it."""
+    ray = sys.modules.get("ray")
+    if ray is None or not ray.is_initialized():
+        return None
+    try:
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - where it ran is a courtesy, never a failure
+        return None
 
 
 def _clock(seconds: float) -> str:

@@ -90,6 +90,8 @@ RUN_COLUMNS = [
     pa.field("client_steps", pa.int64()),
     pa.field("wall_s", pa.float64()),
     pa.field("started_at", pa.string()),
+    pa.field("host", pa.string()),  # the machine whose process drove the run (hostname)
+    pa.field("ray_node", pa.string()),  # its Ray node id (hex), when it ran inside Ray
     pa.field("config_json", pa.string()),
 ]
 
@@ -222,5 +224,5 @@ SCHEMAS: Mapping[str, pa.Schema] = _Schemas(
      "trials": TRIALS}
 )  # fmt: skip
 
-# columns that measure time and therefore differ between otherwise identical runs
-TIMING_COLUMNS = {"wall_s", "round_wall_s", "started_at"}
+# columns that say when and where a run ran, and therefore differ between otherwise identical runs
+TIMING_COLUMNS = {"wall_s", "round_wall_s", "started_at", "host", "ray_node"}

@@ -1,6 +1,7 @@
 """A quiet sweep console (issue: monitoring): one line when a trial starts (its label and
 parameters to 3 significant digits), one when it ends (validation accuracy, saving, status),
-and a progress line (``k/N trials, best so far``). Tune's own tables appear only with ``-v``."""
+a progress line (``k/N trials, best so far``), and a line when a trial whose process or node
+died is restarted. Tune's own tables appear only with ``-v``."""
 
 from __future__ import annotations
 
@@ -65,3 +66,10 @@ class ConsoleReporter(Callback):
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._end(trial, "error")
+
+    def on_trial_recover(self, iteration, trials, trial, **info):
+        """A trial whose process or node died, restarted from its last checkpoint."""
+        r = trial.last_result or {}
+        where = f"after round {r['round']}" if r.get("round") is not None else "from the start"
+        self.say(f"  {self.stage} trial {trial.trial_id} failed (its process or node died); "
+                 f"restarting {where}, from its last checkpoint")  # fmt: skip
