@@ -86,16 +86,22 @@ def _short(v) -> str:
 
 
 def _arm(runs: pd.DataFrame) -> pd.Series:
-    """What a comparison groups by: the method, the final-stage label when there is one, and
-    the config fields that tell apart runs sharing both (seeds aside), e.g.
-    ``dg_fedreuse (method.dg.gate=off)``."""
+    """What a comparison groups by: the method, the final-stage label when there is one (a
+    study's arm name alone), and the config fields that tell apart runs sharing both on one
+    dataset and stage (seeds aside), e.g. ``dg_fedreuse (method.dg.gate=off)``."""
     arm = runs["method"].astype(str)
     if "label" in runs:
-        arm = arm.where(runs["label"].isna(), arm + " [" + runs["label"].astype(str) + "]")
+        label = runs["label"].astype(str)
+        # a sweep's final-stage labels (selected-k, compare-k) qualify the method; a study's
+        # labels are arm names and stand alone
+        generic = label.str.match(r"^(selected|compare)-\d+$")
+        arm = arm.where(runs["label"].isna(), label.where(~generic, arm + " [" + label + "]"))
     cfg_cols = [c for c in runs.columns if c.startswith("cfg.") and c not in IGNORED_CFG
                 and not c.startswith("cfg.engine.")]  # fmt: skip
     out = arm.copy()
-    for _, idx in arm.groupby(arm).groups.items():
+    # runs of one arm on another dataset or in another stage are told apart by those columns
+    keys = [arm] + [runs[c].astype(str) for c in ("dataset", "stage") if c in runs]
+    for _, idx in arm.groupby(keys).groups.items():
         g = runs.loc[idx, cfg_cols].astype(str)
         varying = [c for c in cfg_cols if g[c].nunique() > 1]
         if varying:

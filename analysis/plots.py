@@ -30,22 +30,54 @@ def _bands(ax, df: pd.DataFrame, x: str, y: str, logx: bool = False) -> None:
 
 
 def accuracy_curves(res: Results, out: Path) -> list[Path]:
-    """Validation accuracy against round and against cumulative restricted uplink (log)."""
-    df = res.rounds[res.rounds["val_acc"].notna()]
+    """Validation accuracy against round and against cumulative restricted uplink (log); one
+    pair of figures per dataset when the results hold several."""
+    rounds = res.rounds[res.rounds["val_acc"].notna()]
+    dataset = res.runs.set_index("run_id")["dataset"]
+    rounds = rounds.assign(dataset=rounds["run_id"].map(dataset))
+    names = sorted(rounds["dataset"].dropna().unique())
     paths = []
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    _bands(ax, df, "round", "val_acc")
-    ax.set_xlabel("round")
-    ax.set_ylabel("validation accuracy (fraction)")
-    ax.set_title("Validation accuracy by round (mean, min-max over seeds)")
-    paths.append(_save(fig, out / "val_acc_vs_round.png"))
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
-    _bands(ax, df.assign(MB=df["cum_up_restricted"] / 1e6), "MB", "val_acc", logx=True)
-    ax.set_xlabel("cumulative restricted uplink (MB, log scale)")
-    ax.set_ylabel("validation accuracy (fraction)")
-    ax.set_title("Validation accuracy against uplink bytes")
-    paths.append(_save(fig, out / "val_acc_vs_uplink.png"))
+    for name in names:
+        df = rounds[rounds["dataset"] == name]
+        tag = f"_{name}" if len(names) > 1 else ""
+        on = f" ({name})" if len(names) > 1 else ""
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        _bands(ax, df, "round", "val_acc")
+        ax.set_xlabel("round")
+        ax.set_ylabel("validation accuracy (fraction)")
+        ax.set_title(f"Validation accuracy by round{on} (mean, min-max over seeds)")
+        paths.append(_save(fig, out / f"val_acc_vs_round{tag}.png"))
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        _bands(ax, df.assign(MB=df["cum_up_restricted"] / 1e6), "MB", "val_acc", logx=True)
+        ax.set_xlabel("cumulative restricted uplink (MB, log scale)")
+        ax.set_ylabel("validation accuracy (fraction)")
+        ax.set_title(f"Validation accuracy against uplink bytes{on}")
+        paths.append(_save(fig, out / f"val_acc_vs_uplink{tag}.png"))
     return paths
+
+
+def pareto_arms(points: pd.DataFrame, out: Path) -> Path | None:
+    """Arms in (mean measured total MB, mean accuracy), one panel per dataset, the Pareto
+    front joined. ``points``: dataset, arm, acc, total_MB, on_front."""
+    if not len(points):
+        return None
+    names = sorted(points["dataset"].unique())
+    fig, axes = plt.subplots(1, len(names), figsize=(6.4 * len(names), 4.8), squeeze=False)
+    for ax, name in zip(axes[0], names, strict=True):
+        p = points[points["dataset"] == name]
+        ax.scatter(p["total_MB"], p["acc"], c="0.5", s=22)
+        for _, r in p.iterrows():
+            ax.annotate(str(r["arm"])[:24], (r["total_MB"], r["acc"]), fontsize=7,
+                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
+        f = p[p["on_front"]].sort_values("total_MB")
+        ax.plot(f["total_MB"], f["acc"], "o-", c="C3", label="Pareto front")
+        ax.set_xscale("log")
+        ax.set_xlabel("measured bytes, up + down, per run (MB, log scale)")
+        ax.set_ylabel("test accuracy (fraction, mean over seeds)")
+        ax.set_title(f"Accuracy against measured bytes: {name}")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    return _save(fig, out / "pareto_arms.png")
 
 
 def pareto_plot(trials: pd.DataFrame, out: Path) -> Path | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from reuse_ray.results.reader import read_metadata
 from reuse_ray.results.storage import Storage, join
 
 from . import plots, tables
@@ -64,10 +65,12 @@ def _write(res_all: Results, res: Results, T: int, reference: str | None,
            f"`{fb.attrs['reference']}` (same seed, same partitions and schedules) with bootstrap "
            "95 % CIs (shown from 5 pairs on). Test accuracy is read once, at the final "
            "round.\n", *_fixed_budget_md(fb)]  # fmt: skip
-    md += ["## Leaderboard\n",
-           f"Per arm at round {T}: accuracy mean ± SD over seeds, restricted uplink saving, "
-           "measured MB per run, memory held at the end of a run (MB), client steps per run.\n",
-           tables.markdown(tables.leaderboard(res, T))]  # fmt: skip
+    study = read_metadata(str(locations[0]))
+    references = tuple(r for r in (study or {}).get("compare_to", ())
+                       if r in set(res.runs["arm"]))  # fmt: skip
+    md += ["## Leaderboard\n", *([study_header(study, res_all)] if study else []),
+           LEADERBOARD_TEXT.format(T=T),
+           tables.markdown(tables.leaderboard(res, T, references))]  # fmt: skip
     md += ["## Dense-downlink sensitivity and measured bytes\n",
            "Restricted uplink saving, its sensitivity with one dense download per selected client "
            "(the seed's Table 7), and the measured bidirectional ledger.\n",
@@ -76,9 +79,16 @@ def _write(res_all: Results, res: Results, T: int, reference: str | None,
         md += ["## Reuse × Top-K factorial\n", tables.markdown(tables.factorial(res, T=T))]
     except ValueError:
         pass
-    if target is not None:
-        btt = tables.bytes_to_target(res, target)
-        md += [f"## Bytes to validation accuracy {target}\n",
+    goal = target if target is not None else (study or {}).get("targets") or None
+    if goal is not None:
+        btt = tables.bytes_to_target(res, goal)
+        what = (
+            goal if not isinstance(goal, dict) else ", ".join(f"{k} {v}" for k, v in goal.items())
+        )
+        md += [f"## Bytes to validation accuracy {what}\n",
+               "Rounds and bytes until a run's validation accuracy first reaches the target "
+               "(fixed before the runs); `censored` counts runs that never reached it "
+               "(medians over the runs that did).\n",
                tables.markdown(tables.bytes_to_target_summary(btt))]  # fmt: skip
     gd = tables.gate_diagnostics(res_all)
     for stage, sub in _stages(res_all):  # search and final runs are never mixed in one table
@@ -96,6 +106,7 @@ def _write(res_all: Results, res: Results, T: int, reference: str | None,
                    "`rate_gap_vs_proxy` is a random control's probability minus the real "
                    "gate's rate (0 = matched).\n", tables.markdown(gc)]  # fmt: skip
     figs = plots.accuracy_curves(res, out)
+    figs.append(plots.pareto_arms(tables.pareto_points(res, T), out))
     pf = plots.pareto_plot(res_all.trials, out) if len(res_all.trials) else None
     gs = plots.gate_scores(res_all, out)
     fr = plots.firing_rate(tables.firing_rate_per_round(res_all), out) if len(gd) else None
@@ -113,6 +124,38 @@ def _write(res_all: Results, res: Results, T: int, reference: str | None,
     path.write_text(text)
     (out / "report.html").write_text(_html(text, out))
     return path
+
+
+LEADERBOARD_TEXT = (
+    "Per arm at round {T}: accuracy mean ± SD over seeds; the restricted ledger's uplink "
+    "saving, uplink MB and dense-downlink MB; the measured MB up and down per run; memory held "
+    "at the end of a run (MB); client steps per run; paired test-accuracy differences against "
+    "the reference arms (same seeds, bootstrap 95 % CI from 5 pairs on); `Pareto`: on the "
+    "dataset's front of accuracy against measured total bytes.\n"
+)
+
+
+def study_header(study: dict, res: Results) -> str:
+    """One paragraph saying what produced a study's numbers: date, machine, budget, wall time."""
+    wall = study.get("wall_s")
+    trials = res.trials
+    per_arm = ""
+    if len(trials) and "arm" in trials:
+        counts = trials.groupby(["sweep", "arm"]).size()
+        per_arm = (f" (every arm: {counts.min()} trials)" if counts.min() == counts.max()
+                   else f" (trials per arm from {counts.min()} to {counts.max()})")  # fmt: skip
+    return (
+        f"Study `{study['name']}`"
+        + (f" (scale `{study['scale']}`)" if study.get("scale") else "")
+        + f": {len(study['arms'])} arms on {', '.join(study['workloads'])}; "
+        f"{study['trials_per_arm']} validation-only search trials per arm and workload"
+        f"{per_arm}, selected by {' and '.join(study['objectives'])} (retention: ≥ "
+        f"{study['retention']:g} of tuned `{study['retention_reference']}`'s validation "
+        f"accuracy); final seeds {study['final_seeds']}. Run {study['started_at'][:10]} on "
+        f"{study['machine']}"
+        + (f", wall time {wall / 60:.0f} min." if wall else " (not finished).")
+        + "\n"
+    )
 
 
 def _pm(mean, sd) -> str:

@@ -126,12 +126,18 @@ def _mean_fmt(values: pd.Series, scale: float, fmt: str) -> str:
     return "" if not np.isfinite(v) else format(v / scale, fmt)
 
 
-def leaderboard(res: Results, T: int | None = None) -> pd.DataFrame:
-    """Per arm at round T, over seeds: validation and test accuracy (mean ± SD), the restricted
-    uplink saving, measured MB up and down per run, server and client memory (MB) at the end,
-    and client steps per run."""
+def leaderboard(res: Results, T: int | None = None, references: tuple[str, ...] = (),
+                seed: int = 0) -> pd.DataFrame:  # fmt: skip
+    """Per (dataset, arm) at round T, over seeds: validation and test accuracy (mean ± SD); the
+    restricted ledger's uplink saving, uplink MB and dense-downlink MB; the measured MB up and
+    down; server and client memory (MB) at the end; client steps per run; for each arm of
+    ``references`` the paired test-accuracy difference (same seeds) with a bootstrap 95 % CI
+    from 5 pairs on; and whether the arm lies on the dataset's Pareto front of mean accuracy
+    (test, else validation) against mean measured total bytes."""
     T = T or common_round(res)
     check_round(res, T)
+    for ref in references:
+        check_arm(res, ref)
     df = at_round(res, T)
     runs = res.runs.set_index("run_id")
     for col in ("server_memory_bytes", "client_memory_bytes", "client_steps"):
@@ -145,14 +151,67 @@ def leaderboard(res: Results, T: int | None = None) -> pd.DataFrame:
             row[name] = "" if not np.isfinite(m) else (f"{m:.3f} ± {s:.3f}" if np.isfinite(s)
                                                        else f"{m:.3f}")  # fmt: skip
         row["uplink saving"] = f"{100 * g['cum_saving_restricted'].mean():.2f} %"
-
+        row["up MB (restricted)"] = _mean_fmt(g["cum_up_restricted"], 1e6, ".2f")
+        row["down MB (dense, restricted)"] = _mean_fmt(g["cum_down_sensitivity"], 1e6, ".1f")
         row["up MB"] = _mean_fmt(g["cum_up_measured"], 1e6, ".1f")
         row["down MB"] = _mean_fmt(g["cum_down_measured"], 1e6, ".1f")
         row["server memory MB"] = _mean_fmt(g["server_memory_bytes"], 1e6, ".2f")
         row["client memory MB"] = _mean_fmt(g["client_memory_bytes"], 1e6, ".2f")
         row["client steps"] = _mean_fmt(g["client_steps"], 1, ".0f")
+        sub = df[df["dataset"] == dataset]
+        for ref in references:
+            row[f"Δ test acc vs {ref}"] = ("" if arm == ref or ref not in set(sub["arm"])
+                                            else _paired_text(sub, arm, ref, seed))  # fmt: skip
         rows.append(row)
-    return pd.DataFrame(rows)
+    out = pd.DataFrame(rows)
+    if len(out):
+        front = pareto_points(res, T).set_index(["dataset", "arm"])["on_front"]
+        on = [bool(front.get((d, a), False)) for d, a in zip(out["dataset"], out["arm"],
+                                                               strict=True)]  # fmt: skip
+        out.insert(out.columns.get_loc("uplink saving"), "Pareto", ["yes" if x else "" for x in on])
+    return out
+
+
+def pareto_points(res: Results, T: int | None = None) -> pd.DataFrame:
+    """Per (dataset, arm) at round T: mean accuracy (test where every run has it, else
+    validation), mean measured bytes up + down per run (MB), and whether the arm is on the
+    dataset's Pareto front (no other arm at least as accurate for at most as many bytes)."""
+    T = T or common_round(res)
+    df = at_round(res, T)
+    df["total_MB"] = (df["cum_up_measured"] + df["cum_down_measured"]) / 1e6
+    rows = []
+    for (dataset, arm), g in df.groupby(["dataset", "arm"]):
+        acc = g["test_acc"] if g["test_acc"].notna().all() else g["val_acc"]
+        rows.append({"dataset": dataset, "arm": arm, "acc": float(acc.mean()),
+                     "total_MB": float(g["total_MB"].mean())})  # fmt: skip
+    out = pd.DataFrame(rows, columns=["dataset", "arm", "acc", "total_MB"])
+    out["on_front"] = False
+    for _, idx in out.groupby("dataset").groups.items():
+        mask = pareto_mask(out.loc[idx, "acc"].to_numpy(), out.loc[idx, "total_MB"].to_numpy())
+        out.loc[idx[mask], "on_front"] = True
+    return out
+
+
+def pareto_mask(acc: np.ndarray, cost: np.ndarray) -> np.ndarray:
+    """True where no other point has accuracy ≥ and cost ≤ with one of them strict."""
+    out = np.zeros(len(acc), dtype=bool)
+    for i in range(len(acc)):
+        if not (np.isfinite(acc[i]) and np.isfinite(cost[i])):
+            continue
+        dominated = (acc >= acc[i]) & (cost <= cost[i]) & ((acc > acc[i]) | (cost < cost[i]))
+        out[i] = not dominated.any()
+    return out
+
+
+def _paired_text(df: pd.DataFrame, arm: str, reference: str, seed: int) -> str:
+    """A paired difference of test accuracy as text: ``+0.012 [−0.004, +0.027]`` (CI from
+    ``MIN_CI_PAIRS`` pairs on), else the mean and the number of pairs."""
+    p = _paired(df, "test_acc", arm, reference, seed)
+    if not p["n_pairs"] or not np.isfinite(p["mean"]):
+        return ""
+    if p["n_pairs"] < MIN_CI_PAIRS:
+        return f"{p['mean']:+.3f} ({p['n_pairs']} pairs)"
+    return f"{p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]"
 
 
 def factorial(res: Results, outcome: str = "val_acc", T: int | None = None,
@@ -198,17 +257,23 @@ def factorial(res: Results, outcome: str = "val_acc", T: int | None = None,
     return pd.DataFrame(rows)
 
 
-def bytes_to_target(res: Results, target: float) -> pd.DataFrame:
-    """Per run: rounds and bytes until validation accuracy first reaches ``target``.
+def bytes_to_target(res: Results, target: float | dict[str, float]) -> pd.DataFrame:
+    """Per run: rounds and bytes until validation accuracy first reaches ``target`` (one
+    number, or one per dataset: runs of a dataset without a target are left out).
 
     Runs that never reach it are kept and marked ``censored`` with their totals at the end.
     """
+    dataset = res.runs.set_index("run_id")["dataset"]
     rows = []
     for run_id, g in res.rounds.sort_values("round").groupby("run_id"):
-        hit = g[g["val_acc"] >= target]
+        ds = dataset.get(run_id)
+        goal = target.get(ds) if isinstance(target, dict) else target
+        if goal is None:
+            continue
+        hit = g[g["val_acc"] >= goal]
         r = hit.iloc[0] if len(hit) else g.iloc[-1]
         rows.append({
-            "run_id": run_id, "arm": r["arm"], "seed": r["seed"], "target": target,
+            "run_id": run_id, "dataset": ds, "arm": r["arm"], "seed": r["seed"], "target": goal,
             "censored": not len(hit), "rounds": int(r["round"]),
             "up_restricted": int(r["cum_up_restricted"]), "up_measured": int(r["cum_up_measured"]),
             "down_measured": int(r["cum_down_measured"]),
@@ -218,10 +283,13 @@ def bytes_to_target(res: Results, target: float) -> pd.DataFrame:
 
 
 def bytes_to_target_summary(btt: pd.DataFrame) -> pd.DataFrame:
-    g = btt.groupby("arm")
-    reached = btt[~btt["censored"]].groupby("arm")
+    """Per (dataset, arm): runs, how many never reached the target (censored), and the medians
+    over the runs that reached it."""
+    keys = ["dataset", "arm"] if "dataset" in btt else ["arm"]
+    g = btt.groupby(keys)
+    reached = btt[~btt["censored"]].groupby(keys)
     return pd.DataFrame({
-        "runs": g.size(), "censored": g["censored"].sum(),
+        "target": g["target"].first(), "runs": g.size(), "censored": g["censored"].sum(),
         "median_rounds": reached["rounds"].median(),
         "median_total_MB": reached["total_measured"].median() / 1e6,
         "median_up_restricted_MB": reached["up_restricted"].median() / 1e6,

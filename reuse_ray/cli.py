@@ -64,10 +64,24 @@ def cmd_run(args: argparse.Namespace) -> int:
 def cmd_sweep(args: argparse.Namespace) -> int:
     from .results.storage import from_command_line
     from .tuning import load_sweep, run_sweep
+    from .tuning.study import is_study, load_study, run_study
+    from .yamlio import load_yaml_mapping
 
     overrides = list(args.set or [])
     if args.results:
         overrides.append(f"results_dir={from_command_line(args.results)}")
+    if is_study(load_yaml_mapping(args.sweep, "sweep file")):
+        if args.final:
+            raise UserError("--final: a study selects and reruns every arm itself; use --resume")
+        study = load_study(args.sweep, overrides, scale=args.scale)
+        try:
+            run_study(study, resume=args.resume, say=_print, verbose=args.verbose,
+                      mlflow=args.mlflow, address=args.address)  # fmt: skip
+        finally:
+            _shutdown_ray()
+        return 0
+    if args.scale:
+        raise UserError("--scale: only study files (kind: study) declare scales")
     if args.address:
         overrides.append(f"base.engine.ray_address={args.address}")
     spec = load_sweep(args.sweep, overrides)
@@ -85,10 +99,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     args.results = [_newest_sweep(loc) for loc in args.results]
     if args.leaderboard:
         from analysis import load
-        from analysis.report import _final_or_all
+        from analysis.report import _final_or_all, study_header
         from analysis.tables import leaderboard, markdown
 
-        _print(markdown(leaderboard(_final_or_all(load(args.results)), args.round), digits=3))
+        from .results.reader import read_metadata
+
+        res = load(args.results)
+        study = read_metadata(args.results[0])
+        final = _final_or_all(res)
+        refs = tuple(r for r in (study or {}).get("compare_to", ()) if r in set(final.runs["arm"]))
+        if study:
+            _print(study_header(study, res))
+        _print(markdown(leaderboard(final, args.round, refs), digits=3))
         return 0
     path = write_report(args.results, args.out, args.round, args.reference, args.target)
     _print(f"report: {path} (and report.html, PNG figures beside it)")
@@ -177,6 +199,7 @@ def build_parser() -> argparse.ArgumentParser:
         help=RESULTS_HELP,
     )
     sw.add_argument("--address", help="Ray cluster address (sets base.engine.ray_address)")
+    sw.add_argument("--scale", help="a study file's named scale, e.g. small (a smoke test)")
     sw.add_argument("--mlflow", metavar="URI", help="log every trial to MLflow at URI")
     sw.add_argument(
         "-v",

@@ -70,3 +70,16 @@ def read_table(location: str | Path, table: str) -> pd.DataFrame:
     if df is None:
         raise ResultsError(f"no {table!r} table under {location!s} (expected folder {table}/)")
     return df
+
+
+STUDY_FILE = "study.json"  # a study's budget, machine, dates and wall time (JSON)
+
+
+def read_metadata(location: str | Path) -> dict | None:
+    """A study's ``study.json``, or None where the results are not a study's."""
+    import json
+
+    store = Storage.of(location)
+    if not store.is_file(STUDY_FILE):
+        return None
+    return json.loads(store.read_bytes(STUDY_FILE))

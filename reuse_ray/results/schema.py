@@ -190,6 +190,8 @@ TRIALS = pa.schema(
         pa.field("selected", pa.bool_()),
         pa.field("params_json", pa.string()),
         pa.field("error", pa.string()),
+        pa.field("arm", pa.string()),  # a study's arm
+        pa.field("selected_for", pa.string()),  # a study's objectives that selected the trial
     ]
 )
 

@@ -133,6 +133,9 @@ def _tune_run(
                 max_concurrent_trials=None if _is_variant_generator(search_alg) else concurrency,
                 trial_name_creator=lambda trial: trial_label(stage, trial),
                 trial_dirname_creator=lambda trial: trial_label(stage, trial),
+                # one trial process serves trial after trial: no fresh Ray worker, no repeated
+                # imports; every run builds its own state from its config and seed
+                reuse_actors=True,
             ),
             run_config=tune.RunConfig(
                 name=name, storage_path=storage, storage_filesystem=fs,

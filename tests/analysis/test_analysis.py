@@ -189,3 +189,49 @@ def test_report_reads_well_few_pairs_flagged_and_self_contained(tmp_path):
     assert "<style>" in html_text and 'src="data:image/png;base64,' in html_text
     assert "`" not in html_text.split("<body>", 1)[1]  # Markdown code marks rendered
     assert "gate against its controls" not in md  # no controls in these runs
+
+
+def test_leaderboard_paired_differences_pareto_and_ledgers(tmp_path):
+    # three arms named by a study's labels, five seeds: b = a + 0.02 exactly; c = a − 0.05
+    # with fewer bytes. Measured total at round 3: a, b: 300 + 10 + 3000; c: 150 + 10 + 3000.
+    for s in SEEDS:
+        base = 0.80 + 0.01 * s
+        _write_run(tmp_path, "fedavg", s, f"a{s}", [0.5, 0.6, base], test=base, label="a")
+        _write_run(tmp_path, "fedavg", s, f"b{s}", [0.5, 0.6, base], test=base + 0.02,
+                   label="b")  # fmt: skip
+        _write_run(tmp_path, "dg_fedreuse", s, f"c{s}", [0.5, 0.6, base], test=base - 0.05,
+                   label="c", up_per_round=50)  # fmt: skip
+    res = load(tmp_path)
+    assert sorted(res.runs["arm"].unique()) == ["a", "b", "c"]  # study labels stand alone
+    lb = T.leaderboard(res, 3, references=("a", "b")).set_index("arm")
+    assert lb.loc["b", "Δ test acc vs a"].startswith("+0.020 [+0.020, +0.020]")
+    assert lb.loc["c", "Δ test acc vs b"].startswith("-0.070 [")
+    assert lb.loc["a", "Δ test acc vs a"] == ""
+    # b dominates a (more accurate, same bytes); c is cheaper: the front is {b, c}
+    assert lb["Pareto"].to_dict() == {"a": "", "b": "yes", "c": "yes"}
+    assert lb.loc["c", "up MB (restricted)"] == "0.00"  # 150 B
+    assert lb.loc["a", "down MB (dense, restricted)"] == "0.0"
+    pp = T.pareto_points(res, 3).set_index("arm")
+    assert pp.loc["a", "total_MB"] == pytest.approx(3310 / 1e6)
+    assert pp.loc["c", "total_MB"] == pytest.approx(3160 / 1e6)
+    assert pp.loc["b", "acc"] == pytest.approx(0.85)
+    # fewer than five pairs: the mean and the pair count, no interval
+    few = load(tmp_path).runs
+    keep = set(few.loc[few["seed"] <= 3, "run_id"])
+    sub = T.Results(few[few["run_id"].isin(keep)], res.rounds[res.rounds["run_id"].isin(keep)],
+                    res.client_events, res.trials)  # fmt: skip
+    assert T.leaderboard(sub, 3, ("a",)).set_index("arm").loc["b", "Δ test acc vs a"] == (
+        "+0.020 (3 pairs)"
+    )
+
+
+def test_bytes_to_target_per_dataset_with_censoring(tmp_path):
+    _write_run(tmp_path, "fedavg", 1, "r1", [0.5, 0.7, 0.9])
+    _write_run(tmp_path, "fedavg", 2, "r2", [0.5, 0.6, 0.65])
+    btt = T.bytes_to_target(load(tmp_path), {"toy": 0.7}).set_index("run_id")
+    assert btt.loc["r1", "rounds"] == 2 and not btt.loc["r1", "censored"]
+    assert btt.loc["r1", "total_measured"] == 210 + 2000
+    assert btt.loc["r2", "censored"] and btt.loc["r2", "rounds"] == 3
+    assert T.bytes_to_target(load(tmp_path), {"other": 0.7}).empty
+    summary = T.bytes_to_target_summary(btt.reset_index()).iloc[0]
+    assert summary["runs"] == 2 and summary["censored"] == 1 and summary["median_rounds"] == 2

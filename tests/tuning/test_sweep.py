@@ -78,9 +78,17 @@ def test_every_shipped_sweep_file_validates():
 
     files = sorted(Path("sweeps").glob("*.yaml"))
     names = {f.stem for f in files}
-    assert {"quickstart", "paper_protocol", "topk_grid", "factorial", "dg_search"} <= names
+    assert {"quickstart", "paper_protocol", "topk_grid", "factorial", "dg_search",
+            "study"} <= names  # fmt: skip
+    from reuse_ray.tuning.study import is_study, load_study
+
     for f in files:
-        parse_sweep(yaml.safe_load(f.read_text()), str(f))
+        raw = yaml.safe_load(f.read_text())
+        if is_study(raw):
+            for scale in (None, *raw.get("scales", {})):
+                load_study(f, scale=scale)
+        else:
+            parse_sweep(raw, str(f))
 
 
 def test_concurrency_is_derived_from_resources(tmp_path):

@@ -1,0 +1,165 @@
+"""The study: equal validation budgets, selection on validation only, fresh paired seeds."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from reuse_ray.config import ConfigError
+from reuse_ray.tuning.study import _select, arm_points, load_study, parse_study
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDY = ROOT / "sweeps" / "study.yaml"
+
+
+def _raw() -> dict:
+    raw = yaml.safe_load(STUDY.read_text())
+    raw.pop("scales")
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "fragment"),
+    [
+        (lambda r: r["final"].update(seeds=[101, 1002]), "final.seeds", "used by the search"),
+        (lambda r: r["arms"]["laq"].update(space="nope"), "arms.laq.space", "nope"),
+        (lambda r: r["arms"]["laq"]["fixed"].pop("method.name"), "arms.laq.fixed", "method.name"),
+        (lambda r: r.update(retention_reference="nobody"), "retention_reference", "fedavg"),
+        (lambda r: r.update(compare_to=["nobody"]), "compare_to", "topk_fedavg"),
+        (lambda r: r.update(objectives=["retention"]), "objectives", "val_acc"),
+        (lambda r: r["budget"].update(trials_per_arm=0), "budget.trials_per_arm", "> 0"),
+        (lambda r: r.update(shared={"train.lr": [0.2, 0.01]}), "shared.train.lr", "low < high"),
+        (lambda r: r["targets"].update(mnist=0.9), "targets", "digits, synthetic"),
+        # the same shared knob over another range in one arm: refused
+        (lambda r: r.update(topk_range=[0.05, 1.0, "log"]), "arms.topk_fedavg.space", "range"),
+    ],
+)
+def test_bad_study_files_name_the_field(change, field, fragment):
+    raw = _raw()
+    change(raw)
+    with pytest.raises(ConfigError) as err:
+        parse_study(raw)
+    assert err.value.field == field and fragment in str(err.value)
+
+
+def test_an_unknown_scale_is_one_clear_error():
+    with pytest.raises(ConfigError, match="allowed: small"):
+        load_study(STUDY, scale="huge")
+
+
+def test_every_arm_gets_the_same_budget_and_the_same_shared_ranges():
+    spec = parse_study(_raw())
+    assert len(spec.arms) == 16
+    for arm in spec.arms:
+        points = arm_points(spec, arm)
+        assert len(points) == spec.trials_per_arm == 6
+        assert points == arm_points(spec, arm)  # seeded: the same on every rerun
+        for p in points:
+            assert 0.01 <= p["train.lr"] <= 0.2
+            for key, value in arm.fixed.items():
+                assert p[key] == value  # an arm's fixed fields are never searched
+            if "method.topk_ratio" not in arm.fixed:
+                assert 0.01 <= p["method.topk_ratio"] <= 1.0
+    dense = spec.arm("fedavg")
+    assert all(p["method.topk_ratio"] == 1.0 for p in arm_points(spec, dense))
+
+
+def _trials(rows):
+    cols = ["arm", "status", "val_acc", "cum_saving_restricted", "params_json"]
+    df = pd.DataFrame([dict(zip(cols, r, strict=True)) for r in rows])
+    df["trial_index"] = range(len(df))
+    return df
+
+
+def test_selection_by_validation_accuracy_and_by_the_retention_rule():
+    spec = parse_study(_raw())
+    trials = _trials([
+        ("fedavg", "finished", 0.90, 0.0, "{}"),
+        ("fedavg", "finished", 0.80, 0.0, "{}"),
+        # bar = 0.98 * 0.90 = 0.882
+        ("topk_fedavg", "finished", 0.89, 0.50, '{"r": 1}'),  # keeps the bar, saves 50 %
+        ("topk_fedavg", "finished", 0.885, 0.70, '{"r": 2}'),  # keeps the bar, saves 70 %
+        ("topk_fedavg", "finished", 0.87, 0.95, '{"r": 3}'),  # below the bar
+        ("topk_fedavg", "diverged", None, 0.99, '{"r": 4}'),  # counts, never selected
+        ("fed_ef", "finished", 0.70, 0.80, '{"r": 5}'),  # nothing keeps the bar
+    ])  # fmt: skip
+    got = _select(trials, spec)
+    assert got["topk_fedavg"]["val_acc"]["params_json"] == '{"r": 1}'
+    assert got["topk_fedavg"]["retention"]["params_json"] == '{"r": 2}'
+    assert got["fedavg"]["retention"]["val_acc"] == 0.90
+    assert "retention" not in got["fed_ef"] and got["fed_ef"]["val_acc"]["val_acc"] == 0.70
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_the_small_study_end_to_end(tmp_path):
+    import ray
+
+    from reuse_ray.results import read_table
+
+    out = tmp_path / "study"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        spec = load_study(STUDY, [f"results_dir={out}"], scale="small")
+        from reuse_ray.tuning.study import run_study
+
+        said: list[str] = []
+        final = run_study(spec, say=said.append)
+    finally:
+        ray.shutdown()
+    runs = read_table(out, "runs")
+    search = runs[runs["stage"] == "search"]
+    # honesty: no search trial read the test split; budgets equal; seeds disjoint
+    assert (search["test_reads"] == 0).all() and search["test_acc"].isna().all()
+    trials = read_table(out, "trials")
+    counts = trials.groupby(["sweep", "arm"]).size()
+    assert len(counts) == 16 * 2 and set(counts) == {1}
+    assert set(final["seed"]) == {1001, 1002} and set(search["seed"]) == {101}
+    assert (final["test_reads"] == 1).all() and (final["status"] == "finished").all()
+    per_arm = final.groupby(["sweep", "label"])["seed"].nunique()
+    assert set(per_arm) == {2}
+    assert {"fedavg", "topk_fedavg", "fed_ef", "dg_gate_off"} <= set(final["label"])
+    assert trials["selected"].all()  # one trial per arm: it is the selection
+    meta = json.loads((out / "study.json").read_text())
+    assert meta["status"] == "finished" and meta["trials_per_arm"] == 1 and meta["wall_s"] > 0
+    md = (out / "report" / "report.md").read_text()
+    assert "Study `study` (scale `small`)" in md and "Δ test acc vs topk_fedavg" in md
+    assert (out / "report" / "pareto_arms.png").is_file()
+    assert "## Bytes to validation accuracy digits 0.85, synthetic 0.5" in md
+    assert any(line.startswith("study study finished") for line in said)
+
+
+def test_report_leaderboard_prints_the_study_header(tmp_path, capsys):
+    """The leaderboard command on a study's results: the header line says what produced it."""
+    from reuse_ray.cli import main
+    from reuse_ray.results import RunWriter
+
+    for arm, acc in (("topk_fedavg", 0.8), ("fed_ef", 0.82)):
+        for s in (1001, 1002):
+            w = RunWriter(tmp_path, f"{arm}-{s}", "fedavg")
+            w.add("rounds", {"run_id": f"{arm}-{s}", "seed": s, "round": 1, "val_acc": acc,
+                             "cum_up_restricted": 1, "cum_up_measured": 1,
+                             "cum_down_measured": 1, "cum_down_sensitivity": 1,
+                             "cum_dense_reference": 1, "cum_saving_restricted": 0.0,
+                             "cum_saving_bidirectional": 0.0})  # fmt: skip
+            w.set_run_row({"run_id": f"{arm}-{s}", "seed": s, "status": "finished",
+                           "dataset": "digits", "stage": "final", "label": arm,
+                           "test_acc": acc, "test_round": 1, "rounds_completed": 1})  # fmt: skip
+            w.flush(("runs", "rounds"))
+    meta = {"name": "study", "scale": None, "arms": ["topk_fedavg", "fed_ef"],
+            "workloads": ["digits"], "trials_per_arm": 6, "objectives": ["val_acc"],
+            "retention": 0.98, "retention_reference": "topk_fedavg",
+            "final_seeds": [1001, 1002], "compare_to": ["topk_fedavg", "fed_ef"],
+            "started_at": "2026-11-30T15:00:00+00:00", "machine": "2 CPUs (test)",
+            "wall_s": 3600.0}  # fmt: skip
+    (tmp_path / "study.json").write_text(json.dumps(copy.deepcopy(meta)))
+    assert main(["report", str(tmp_path), "--leaderboard"]) == 0
+    out = capsys.readouterr().out
+    assert "Study `study`: 2 arms on digits; 6 validation-only search trials" in out
+    assert "Run 2026-11-30 on 2 CPUs (test), wall time 60 min." in out
+    assert "Δ test acc vs fed_ef" in out and "+0.020 (2 pairs)" in out
