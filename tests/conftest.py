@@ -146,6 +146,20 @@ def shaped_layout(entries: list[tuple[str, tuple[int, ...]]]):
     return StateLayout(tuple(specs), off)
 
 
+def crash_at(t: int):
+    """A local backend that fails in round ``t`` (a killed process, as far as the files are
+    concerned)."""
+    from reuse_ray.engine import LocalBackend
+
+    class CrashAt(LocalBackend):
+        def run_round(self, t_now, selected):
+            if t_now == t:
+                raise KeyboardInterrupt("killed")
+            return super().run_round(t_now, selected)
+
+    return CrashAt()
+
+
 def small_config(tmp_path: Path, **overrides) -> RunConfig:
     """A few-second FedAvg run on the embedded digits data."""
     base = {

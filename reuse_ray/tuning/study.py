@@ -44,7 +44,7 @@ from ..config import ConfigError, apply_overrides
 from ..errors import UserError
 from ..results import read_table, rows_to_table
 from ..results.reader import STUDY_FILE, read_metadata
-from ..results.storage import Storage, anchored, dated_folder, display, latest_dated
+from ..results.storage import Storage, anchored, display
 from ..yamlio import load_yaml_mapping
 from .spec import (
     SearchSpec,
@@ -275,18 +275,6 @@ def arm_points(spec: StudySpec, arm: Arm, count: int | None = None) -> list[dict
     return out
 
 
-def _study_folder(spec: StudySpec, resume: bool) -> StudySpec:
-    if not spec.dated:
-        return spec
-    if resume:
-        newest = latest_dated(spec.results_dir)
-        if newest is None:
-            raise UserError(f"--resume: no earlier study {spec.name!r} under "
-                            f"{display(spec.results_dir)}")  # fmt: skip
-        return dataclasses.replace(spec, results_dir=newest, dated=False)
-    return dataclasses.replace(spec, results_dir=dated_folder(spec.results_dir), dated=False)
-
-
 def _metadata(spec: StudySpec, started: str, wall: float | None, status: str) -> dict:
     return {
         "name": spec.name, "scale": spec.scale, "status": status, "started_at": started,
@@ -350,9 +338,9 @@ def run_study(spec: StudySpec, resume: bool = False, say=print, verbose: int = 0
     from ray import tune
 
     from ..distributed import ensure_ray
-    from .sweep import _tune_run, derive_concurrency, trials_file
+    from .sweep import _tune_run, derive_concurrency, report_at_end, sweep_folder, trials_file
 
-    spec = _study_folder(spec, resume)
+    spec = sweep_folder(spec, resume, what="study")
     store = Storage.of(spec.results_dir)
     where = display(spec.results_dir)
     say(f"results root: {where}")
@@ -414,19 +402,7 @@ def run_study(spec: StudySpec, resume: bool = False, say=print, verbose: int = 0
     store.write_bytes(STUDY_FILE, json.dumps(_metadata(spec, started, wall, "finished"),
                                              indent=2).encode())  # fmt: skip
     say(f"study {spec.name} finished in {wall / 60:.1f} min; Parquet: {where}")
-    try:
-        import warnings
-
-        from analysis import write_report
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            report = write_report(spec.results_dir)
-        say(f"report: {report}")
-    except Exception as err:  # noqa: BLE001 - the results stay; only the report is missing
-        say(f"report: not written ({type(err).__name__}: {err}); run reuse-ray report "
-            f"{where} to retry")  # fmt: skip
-    say(f"results root: {where}")
+    report_at_end(spec.results_dir, say)
     return pd.concat(final_runs, ignore_index=True)
 
 

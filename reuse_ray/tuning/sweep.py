@@ -159,15 +159,15 @@ def tune_storage(results_dir: str):
     return store.path("_tune"), store.fs
 
 
-def sweep_folder(spec: SweepSpec, resume: bool) -> SweepSpec:
-    """The spec with its sweep's own folder: a folder of dated sweeps gets a fresh dated folder
-    (``--resume``: its newest)."""
+def sweep_folder(spec, resume: bool, what: str = "sweep"):
+    """The spec (a sweep's or a study's) with its own folder: a folder of dated sweeps gets a
+    fresh dated folder (``--resume``: its newest)."""
     if not spec.dated:
         return spec
     if resume:
         newest = latest_dated(spec.results_dir)
         if newest is None:
-            raise UserError(f"--resume: no earlier sweep {spec.name!r} under "
+            raise UserError(f"--resume: no earlier {what} {spec.name!r} under "
                             f"{display(spec.results_dir)} — run it without --resume, or give "
                             "its folder with --results")  # fmt: skip
         return dataclasses.replace(spec, results_dir=newest, dated=False)
@@ -386,6 +386,14 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
                 f"{grp['seed'].nunique()} seeds, cum_saving="
                 f"{100 * grp['cum_saving_restricted'].mean():.2f}%")  # fmt: skip
     say(f"Parquet: {where}  (pandas.read_parquet(DIR/'rounds'))")
+    report_at_end(spec.results_dir, say)
+    return SweepOutcome(spec.results_dir, trials, selected, final_runs)
+
+
+def report_at_end(location: str, say) -> None:
+    """Write the report of a finished sweep or study, then say where the results are; a report
+    that fails loses no result and says how to retry."""
+    where = display(location)
     try:
         import warnings
 
@@ -393,13 +401,12 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            report = write_report(spec.results_dir)
+            report = write_report(location)
         say(f"report: {report}")
     except Exception as err:  # noqa: BLE001 - the results stay; only the report is missing
         say(f"report: not written ({type(err).__name__}: {err}); run reuse-ray report "
             f"{where} to retry")  # fmt: skip
     say(f"results root: {where}")
-    return SweepOutcome(spec.results_dir, trials, selected, final_runs)
 
 
 __all__ = ["SweepOutcome", "derive_concurrency", "pareto_front", "run_sweep"]

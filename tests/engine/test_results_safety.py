@@ -6,29 +6,16 @@ import os
 import pickle
 
 import pytest
-from conftest import small_config
+from conftest import crash_at, small_config
 
 from reuse_ray.checkpoint import CheckpointError
-from reuse_ray.engine import LocalBackend, RunHooks, run_fl
+from reuse_ray.engine import RunHooks, run_fl
 from reuse_ray.errors import UserError
 from reuse_ray.results import read_table
 
 
 def _tables(root):
     return {t: read_table(root, t) for t in ("runs", "rounds", "client_events")}
-
-
-class _CrashAt(LocalBackend):
-    """Fails in round ``t`` (a killed process, as far as the files are concerned)."""
-
-    def __init__(self, t: int):
-        super().__init__()
-        self.t = t
-
-    def run_round(self, t, selected):
-        if t == self.t:
-            raise KeyboardInterrupt("killed")
-        return super().run_round(t, selected)
 
 
 def test_rerunning_a_finished_run_never_destroys_it(tmp_path):
@@ -38,7 +25,7 @@ def test_rerunning_a_finished_run_never_destroys_it(tmp_path):
     with pytest.raises(UserError, match="already finished .* --force"):
         run_fl(cfg)
     with pytest.raises(KeyboardInterrupt):  # --force, killed at round 2
-        run_fl(cfg, backend=_CrashAt(2), force=True)
+        run_fl(cfg, backend=crash_at(2), force=True)
     after = _tables(cfg.results_dir)
     assert after["runs"].iloc[0]["status"] == "finished" and len(after["rounds"]) == 3
     for t in before:
@@ -64,7 +51,7 @@ def cfg_files(root):
 def test_an_unfinished_attempt_is_replaced_without_force(tmp_path):
     cfg = small_config(tmp_path, fl__rounds=3, fl__eval_every=1)
     with pytest.raises(KeyboardInterrupt):
-        run_fl(cfg, backend=_CrashAt(3))
+        run_fl(cfg, backend=crash_at(3))
     assert read_table(cfg.results_dir, "runs").iloc[0]["status"] == "failed"
     assert run_fl(cfg).status == "finished"  # not a result yet: a plain rerun replaces it
     assert len(read_table(cfg.results_dir, "rounds")) == 3

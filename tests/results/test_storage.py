@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import small_config
+from conftest import crash_at, small_config
 
-from reuse_ray.engine import LocalBackend, run_fl
+from reuse_ray.engine import run_fl
 from reuse_ray.results import ResultsError, read_table
 from reuse_ray.results.reader import read_table_if_any
 from reuse_ray.results.storage import (
@@ -70,17 +70,6 @@ def test_dated_folders_are_fresh_and_the_newest_is_found(tmp_path):
     assert latest_dated(str(tmp_path / "none")) is None
 
 
-class _CrashAt(LocalBackend):
-    def __init__(self, t: int):
-        super().__init__()
-        self.t = t
-
-    def run_round(self, t, selected):
-        if t == self.t:
-            raise KeyboardInterrupt("killed")
-        return super().run_round(t, selected)
-
-
 @pytest.fixture
 def write_once(monkeypatch):
     """A local folder treated as an object store: no rename, files written once."""
@@ -100,7 +89,7 @@ def test_without_rename_progress_is_hidden_and_final_files_are_written_once(
 
     monkeypatch.setattr(Storage, "write_parquet", spy)
     with pytest.raises(KeyboardInterrupt):
-        run_fl(cfg, backend=_CrashAt(3))
+        run_fl(cfg, backend=crash_at(3))
     # stopped in round 3: rounds 1-2 were flushed under hidden names only, then the final
     # files were written once each, holding the failed attempt's rows
     first_final = next(i for i, w in enumerate(writes) if not Path(w).name.startswith("."))
@@ -127,7 +116,7 @@ def test_without_rename_a_killed_run_shows_no_half_result(tmp_path, write_once, 
     monkeypatch.setattr(RunWriter, "finish", lambda self, status: None)
     cfg = small_config(tmp_path, fl__rounds=3, fl__eval_every=1)
     with pytest.raises(KeyboardInterrupt):
-        run_fl(cfg, backend=_CrashAt(3))
+        run_fl(cfg, backend=crash_at(3))
     assert list(Path(cfg.results_dir).rglob(".*.attempt.parquet"))
     assert read_table_if_any(cfg.results_dir, "rounds") is None
     assert read_table_if_any(cfg.results_dir, "runs") is None
@@ -140,7 +129,7 @@ def test_without_rename_a_forced_rerun_that_dies_keeps_the_finished_result(
     assert run_fl(cfg).status == "finished"
     before = read_table(cfg.results_dir, "rounds")
     with pytest.raises(KeyboardInterrupt):
-        run_fl(cfg, backend=_CrashAt(2), force=True)
+        run_fl(cfg, backend=crash_at(2), force=True)
     after = read_table(cfg.results_dir, "rounds")
     assert after.drop(columns="round_wall_s").equals(before.drop(columns="round_wall_s"))
 
