@@ -35,7 +35,7 @@ DATASETS = (
 )
 PARTICIPATION = ("uniform", "bernoulli", "two_group", "groups", "adversarial")
 PARTITIONS = ("dirichlet", "iid", "shards")
-MODELS = ("auto", "cnn", "resnet18")
+MODELS = ("auto", "cnn", "cnn_valid", "resnet18")
 AUGMENTS = ("auto", "none", "crop_flip")
 BACKENDS = ("ray", "local")
 DEVICES = ("auto", "cpu", "cuda")
@@ -140,7 +140,8 @@ class PartitionConfig:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Model choice: the shallow CNN or torchvision ResNet-18 (auto: ResNet-18 for CIFAR)."""
+    """Model choice: the shallow CNN (``cnn``, padded; ``cnn_valid``, the classic unpadded MNIST
+    CNN) or torchvision ResNet-18 (auto: ResNet-18 for CIFAR)."""
 
     name: str = "auto"
     hidden: int = 128  # width of the CNN's hidden linear layer

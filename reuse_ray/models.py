@@ -17,18 +17,26 @@ HEAD_KEYS = ("classifier", "fc")
 
 
 class ShallowCNN(nn.Module):
-    """Two 5x5 conv + max-pool blocks, one hidden linear layer and the ``fc`` head."""
+    """Two 5x5 conv + max-pool blocks, one hidden linear layer and the ``fc`` head.
 
-    def __init__(self, in_channels: int, num_classes: int, height: int, width: int, hidden: int):
+    ``padding=2`` keeps each convolution's size (``cnn``); ``padding=0`` is the classic unpadded
+    MNIST CNN (``cnn_valid``: 28 → 24 → 12 → 8 → 4, so 64·4·4 = 1024 features for the hidden
+    layer), about half the convolution work."""
+
+    def __init__(self, in_channels: int, num_classes: int, height: int, width: int, hidden: int,
+                 padding: int = 2):  # fmt: skip
         super().__init__()
-        self.conv1 = nn.Conv2d(in_channels, 32, kernel_size=5, padding=2)
-        self.conv2 = nn.Conv2d(32, 64, kernel_size=5, padding=2)
+        self.conv1 = nn.Conv2d(in_channels, 32, kernel_size=5, padding=padding)
+        self.conv2 = nn.Conv2d(32, 64, kernel_size=5, padding=padding)
         self.pool = nn.MaxPool2d(2)
-        h, w = height // 4, width // 4
+        shrink = 4 - 2 * padding  # what each 5x5 convolution takes off a side's length
+        h = ((height - shrink) // 2 - shrink) // 2
+        w = ((width - shrink) // 2 - shrink) // 2
         if h < 1 or w < 1:
+            least = 4 if padding == 2 else 12
             raise UserError(
                 f"model: input {height}x{width} is too small for the shallow CNN "
-                "— allowed: images of at least 4x4 (data.synthetic_shape)"
+                f"— allowed: images of at least {least}x{least} (data.synthetic_shape)"
             )
         self.hidden = nn.Linear(64 * h * w, hidden)
         self.fc = nn.Linear(hidden, num_classes)
@@ -64,9 +72,11 @@ def build_model(
     c, h, w = shape
     if name == "cnn":
         return ShallowCNN(c, num_classes, h, w, hidden)
+    if name == "cnn_valid":
+        return ShallowCNN(c, num_classes, h, w, hidden, padding=0)
     if name == "resnet18":
         return resnet18(c, num_classes)
-    raise UserError(f"model.name: unknown model {name!r}; allowed: auto, cnn, resnet18")
+    raise UserError(f"model.name: unknown model {name!r}; allowed: auto, cnn, cnn_valid, resnet18")
 
 
 def init_model(

@@ -9,6 +9,7 @@ import torch
 from reuse_ray.algorithms.fedadam import FedAdamState, fedadam_step
 from reuse_ray.config import DataConfig
 from reuse_ray.data import crop_flip, load_dataset
+from reuse_ray.errors import UserError
 from reuse_ray.models import build_model, head_parameter_names, init_model
 from reuse_ray.rng import Purpose, generator, torch_generator
 from reuse_ray.state import StateLayout, int_buffers
@@ -101,6 +102,19 @@ def test_models_head_rule_and_shapes():
     assert "bn1.running_mean" in [s.name for s in layout.tensors]
     assert not any("num_batches_tracked" in s.name for s in layout.tensors)
     assert int(layout.trainable_mask().sum()) == sum(p.numel() for p in rn.parameters())
+
+
+def test_the_unpadded_cnn_is_the_classic_mnist_network():
+    m = build_model("cnn_valid", (1, 28, 28), 10, hidden=512)
+    # conv 1x32x5x5 + 32, conv 32x64x5x5 + 64, 1024 -> 512, 512 -> 10: 582,026 parameters
+    assert m.hidden.in_features == 64 * 4 * 4
+    assert sum(p.numel() for p in m.parameters()) == 832 + 51_264 + 524_800 + 5_130
+    assert head_parameter_names(m) == ["fc.weight", "fc.bias"]
+    assert m(torch.zeros(2, 1, 28, 28)).shape == (2, 10)
+    with pytest.raises(UserError, match="at least 12x12"):
+        build_model("cnn_valid", (1, 8, 8), 10)
+    # the padded network's layers, sizes and init are unchanged
+    assert build_model("cnn", (1, 28, 28), 10, hidden=512).hidden.in_features == 64 * 7 * 7
 
 
 def test_model_init_is_keyed():
