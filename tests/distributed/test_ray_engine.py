@@ -263,3 +263,15 @@ def test_pool_sizing_helper():
     assert size({"CPU": 8.0}, clients_per_round=10, use_gpu=False, num_workers=3) == 3
     with pytest.raises(ValueError, match="no client worker fits"):
         size({"CPU": 0.5}, clients_per_round=10, use_gpu=False)
+
+
+def test_client_worker_processes_import_no_analysis_stack():
+    """A worker imports the actors module: no pandas, pyarrow, matplotlib, optuna or Tune."""
+    import subprocess
+    import sys
+
+    code = ("import sys, reuse_ray.distributed.actors; "
+            "print(sorted(m for m in ('pandas', 'pyarrow', 'matplotlib', 'optuna', 'ray.tune', "
+            "'sklearn', 'analysis') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
