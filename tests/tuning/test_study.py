@@ -57,7 +57,7 @@ def test_every_arm_gets_the_same_budget_and_the_same_shared_ranges():
     assert len(spec.arms) == 16
     for arm in spec.arms:
         points = arm_points(spec, arm)
-        assert len(points) == spec.trials_per_arm == 6
+        assert len(points) == spec.trials_per_arm == 8
         assert points == arm_points(spec, arm)  # seeded: the same on every rerun
         for p in points:
             assert 0.01 <= p["train.lr"] <= 0.2
