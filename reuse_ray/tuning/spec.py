@@ -24,6 +24,7 @@ A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these bloc
       gpu_fraction: 0                # ray: GPU share of each worker (0: CPU workers)
       resources: {}                  # custom resources of the trial driver's bundle
       max_failures: 2                # restarts from the last checkpoint after a crash
+      reuse_actors: true             # one trial process runs trial after trial
     checkpoint_every: 5              # rounds between trial checkpoints (server state, caches)
     final:                           # optional: the test-split stage
       seeds: [1001, 1002]            # fresh seeds, never used by the search
@@ -74,6 +75,8 @@ class TrialSpec:
     resources: dict[str, float] = field(default_factory=dict)
     # times a trial is restarted from its last checkpoint after its process or node died
     max_failures: int = 2
+    # one trial process serves trial after trial (no fresh Ray worker and imports per trial)
+    reuse_actors: bool = True
 
     def bundles(self) -> list[dict[str, float]]:
         """The placement-group bundles of one trial: its driver, then its client workers."""
@@ -271,6 +274,8 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     _positive("trial.cpu_per_worker", trial.cpu_per_worker)
     _positive("trial.gpu_fraction", trial.gpu_fraction, zero=True)
     _positive("trial.max_failures", trial.max_failures, integer=True, zero=True)
+    if not isinstance(trial.reuse_actors, bool):
+        raise ConfigError("trial.reuse_actors", f"{trial.reuse_actors!r}; allowed: true, false")
     if not isinstance(trial.resources, dict) or any(
         not isinstance(k, str) or k in ("CPU", "GPU", "memory") for k in trial.resources
     ):

@@ -135,7 +135,7 @@ def _tune_run(
                 trial_dirname_creator=lambda trial: trial_label(stage, trial),
                 # one trial process serves trial after trial: no fresh Ray worker, no repeated
                 # imports; every run builds its own state from its config and seed
-                reuse_actors=True,
+                reuse_actors=spec.trial.reuse_actors,
             ),
             run_config=tune.RunConfig(
                 name=name, storage_path=storage, storage_filesystem=fs,
