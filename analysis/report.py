@@ -31,7 +31,7 @@ def write_report(
         locations = [locations]
     res_all = load(locations)
     res = _final_or_all(res_all)
-    T = T or tables.common_round(res)
+    T = T or tables.budget_rounds(res)
     tables.check_round(res, T)  # every argument checked before anything is written
     tables.check_arm(res, reference)
     if target is not None and not 0.0 < target <= 1.0:
@@ -58,9 +58,10 @@ def _write(res_all: Results, res: Results, T: int, reference: str | None,
     which = "final stage" if _has_final(res_all) else "all stages"
     md = [f"# reuse_ray report\n\nSources: {', '.join(str(x) for x in locations)}\n",
           f"Runs compared: {len(res.runs)} finished ({which}); excluded unfinished runs: "
-          f"{res_all.excluded}. Fixed budget T = round {T}.\n"]  # fmt: skip
+          f"{res_all.excluded}. Fixed budget T = round "
+          f"{tables.describe_rounds(T)}.\n"]  # fmt: skip
     fb = tables.fixed_budget(res, T, reference)
-    md += [f"## Fixed-budget comparison at round {T}\n",
+    md += [f"## Fixed-budget comparison at round {tables.describe_rounds(T)}\n",
            f"Mean ± SD over seeds; Δ are paired differences against "
            f"`{fb.attrs['reference']}` (same seed, same partitions and schedules) with bootstrap "
            "95 % CIs (shown from 5 pairs on). Test accuracy is read once, at the final "
@@ -69,7 +70,7 @@ def _write(res_all: Results, res: Results, T: int, reference: str | None,
     references = tuple(r for r in (study or {}).get("compare_to", ())
                        if r in set(res.runs["arm"]))  # fmt: skip
     md += ["## Leaderboard\n", *([study_header(study, res_all)] if study else []),
-           LEADERBOARD_TEXT.format(T=T),
+           LEADERBOARD_TEXT.format(T=tables.describe_rounds(T)),
            tables.markdown(tables.leaderboard(res, T, references))]  # fmt: skip
     md += ["## Dense-downlink sensitivity and measured bytes\n",
            "Restricted uplink saving, its sensitivity with one dense download per selected client "

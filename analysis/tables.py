@@ -27,15 +27,38 @@ def common_round(res: Results) -> int:
     return int(res.rounds.groupby("run_id")["round"].max().min())
 
 
-def at_round(res: Results, T: int) -> pd.DataFrame:
-    """One row per run at round T: validation metrics there, cumulative ledgers, test metrics."""
-    r = res.rounds[res.rounds["round"] == T].set_index("run_id")
+def budget_rounds(res: Results) -> int | dict[str, int]:
+    """The default fixed budget T: the largest round every run completed — per dataset when
+    the datasets' runs end at different rounds (a study's workloads)."""
+    dataset = res.runs.set_index("run_id")["dataset"]
+    last = res.rounds.groupby("run_id")["round"].max()
+    per = last.groupby(dataset.reindex(last.index).to_numpy()).min().astype(int).to_dict()
+    values = set(per.values())
+    return values.pop() if len(values) == 1 else per
+
+
+def describe_rounds(T: int | dict[str, int]) -> str:
+    """``30`` or ``30 (digits), 20 (synthetic)``."""
+    if isinstance(T, dict):
+        return ", ".join(f"{t} ({d})" for d, t in sorted(T.items()))
+    return str(T)
+
+
+def at_round(res: Results, T: int | dict[str, int]) -> pd.DataFrame:
+    """One row per run at round T (one number, or one per dataset): validation metrics there,
+    cumulative ledgers, test metrics."""
     runs = res.runs.set_index("run_id")
+    if isinstance(T, dict):
+        want = res.rounds["run_id"].map(runs["dataset"]).map(T)
+        r = res.rounds[res.rounds["round"] == want].set_index("run_id")
+    else:
+        r = res.rounds[res.rounds["round"] == T].set_index("run_id")
     out = r[["arm", "seed", "val_acc", "cum_saving_restricted", "cum_saving_bidirectional",
              "cum_up_restricted", "cum_down_sensitivity", "cum_dense_reference",
              "cum_up_measured", "cum_down_measured"]].copy()  # fmt: skip
     out["dataset"] = runs["dataset"].reindex(out.index)
-    test_ok = runs["test_round"].reindex(out.index) == T
+    goal = out["dataset"].map(T) if isinstance(T, dict) else T
+    test_ok = runs["test_round"].reindex(out.index) == goal
     out["test_acc"] = runs["test_acc"].reindex(out.index).where(test_ok)
     return out.reset_index()
 
@@ -49,8 +72,10 @@ def _paired(df: pd.DataFrame, value: str, arm: str, reference: str, seed: int) -
             "lo": lo, "hi": hi}  # fmt: skip
 
 
-def check_round(res: Results, T: int) -> None:
+def check_round(res: Results, T: int | dict[str, int]) -> None:
     """T must be a round every run completed; the error names the rounds that exist."""
+    if isinstance(T, dict):
+        return  # the per-dataset default is by construction
     last = common_round(res)
     if isinstance(T, bool) or not isinstance(T, int) or not 1 <= T <= last:
         raise AnalysisError(f"--round {T}: every run completed rounds 1..{last} — allowed: "
@@ -68,7 +93,7 @@ def check_arm(res: Results, arm: str | None) -> None:
 def fixed_budget(res: Results, T: int | None = None, reference: str | None = None,
                  seed: int = 0) -> pd.DataFrame:  # fmt: skip
     """Accuracy and savings at round T per (dataset, arm), with paired differences."""
-    T = T or common_round(res)
+    T = T or budget_rounds(res)
     check_round(res, T)
     check_arm(res, reference)
     df = at_round(res, T)
@@ -76,7 +101,9 @@ def fixed_budget(res: Results, T: int | None = None, reference: str | None = Non
     reference = reference or next((a for a in arms if a.startswith("fedavg")), arms[0])
     rows = []
     for (dataset, arm), g in df.groupby(["dataset", "arm"]):
-        row = {"dataset": dataset, "arm": arm, "round": T, "seeds": g["seed"].nunique()}
+        row = {"dataset": dataset, "arm": arm,
+               "round": T.get(dataset) if isinstance(T, dict) else T,
+               "seeds": g["seed"].nunique()}  # fmt: skip
         for col in ("val_acc", "test_acc", "cum_saving_restricted", "cum_saving_bidirectional"):
             row[f"{col}_mean"], row[f"{col}_sd"] = mean_sd(g[col])
         if arm != reference:
@@ -105,13 +132,13 @@ def fixed_budget(res: Results, T: int | None = None, reference: str | None = Non
 
 def downlink_table(res: Results, T: int | None = None) -> pd.DataFrame:
     """Restricted uplink saving, its dense-downlink sensitivity, and the measured bytes."""
-    T = T or common_round(res)
+    T = T or budget_rounds(res)
     df = at_round(res, T)
     df["measured_total"] = df["cum_up_measured"] + df["cum_down_measured"]
     df["measured_vs_dense"] = df["measured_total"] / (2 * df["cum_dense_reference"])
     g = df.groupby(["dataset", "arm"])
     return pd.DataFrame({
-        "round": T,
+        "round": describe_rounds(T),
         "uplink_saving": g["cum_saving_restricted"].mean(),
         "bidirectional_sensitivity_saving": g["cum_saving_bidirectional"].mean(),
         "measured_up_MB": g["cum_up_measured"].mean() / 1e6,
@@ -134,7 +161,7 @@ def leaderboard(res: Results, T: int | None = None, references: tuple[str, ...] 
     ``references`` the paired test-accuracy difference (same seeds) with a bootstrap 95 % CI
     from 5 pairs on; and whether the arm lies on the dataset's Pareto front of mean accuracy
     (test, else validation) against mean measured total bytes."""
-    T = T or common_round(res)
+    T = T or budget_rounds(res)
     check_round(res, T)
     for ref in references:
         check_arm(res, ref)
@@ -176,7 +203,7 @@ def pareto_points(res: Results, T: int | None = None) -> pd.DataFrame:
     """Per (dataset, arm) at round T: mean accuracy (test where every run has it, else
     validation), mean measured bytes up + down per run (MB), and whether the arm is on the
     dataset's Pareto front (no other arm at least as accurate for at most as many bytes)."""
-    T = T or common_round(res)
+    T = T or budget_rounds(res)
     df = at_round(res, T)
     df["total_MB"] = (df["cum_up_measured"] + df["cum_down_measured"]) / 1e6
     rows = []
@@ -226,7 +253,7 @@ def factorial(res: Results, outcome: str = "val_acc", T: int | None = None,
     """
     import itertools
 
-    T = T or common_round(res)
+    T = T or budget_rounds(res)
     df = at_round(res, T)
     runs = res.runs.set_index("run_id")
     df["reuse"] = runs["method"].reindex(df["run_id"]).eq("dg_fedreuse").to_numpy()
@@ -252,7 +279,8 @@ def factorial(res: Results, outcome: str = "val_acc", T: int | None = None,
             e = e.dropna()
             lo, hi = bootstrap_ci(e.to_numpy(), seed=seed)
             rows.append({"effect": " x ".join(factors[f] for f in subset), "outcome": outcome,
-                         "round": T, "seeds": len(e), "estimate": float(e.mean()),
+                         "round": describe_rounds(T), "seeds": len(e),
+                         "estimate": float(e.mean()),
                          "ci_lo": lo, "ci_hi": hi})  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -329,7 +357,7 @@ def gate_controls(res: Results, T: int | None = None) -> pd.DataFrame:
     dg = runs[runs["method"] == "dg_fedreuse"]
     if not len(dg) or not len(ev):
         return pd.DataFrame()
-    T = T or common_round(res)
+    T = T or budget_rounds(res)
     at = at_round(res, T).set_index("run_id")
     rows = []
     keys = ["cfg.method.dg.gate", "cfg.method.dg.gate_prob", "cfg.method.topk_ratio"]
