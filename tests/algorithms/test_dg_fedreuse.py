@@ -108,6 +108,7 @@ def test_sparse_cache_holds_exactly_the_field_model_bytes():
     assert isinstance(packed.payload, bytes)  # no tensor, let alone a dense-shaped one
 
 
+@pytest.mark.slow  # an end-to-end run: the full suite keeps it
 def test_ledger_of_a_round_with_7_fresh_and_3_reused(tmp_path):
     cfg = _dg(
         tmp_path,

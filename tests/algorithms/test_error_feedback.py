@@ -43,6 +43,7 @@ def test_ef_with_r1_is_plain_dense_fedavg(tmp_path):
                                   check_exact=True)  # fmt: skip
 
 
+@pytest.mark.slow  # an end-to-end run: the full suite keeps it
 def test_ef_topk_run_bytes_memory_and_learning(tmp_path):
     kw = {"fl__rounds": 8, "fl__eval_every": 4, "train__epochs": 2}
     topk = small_config(tmp_path / "topk", **kw)

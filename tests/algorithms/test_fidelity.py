@@ -231,6 +231,7 @@ def test_fedsteer_clean_mode_keeps_stale_coordinates_on_their_core_clients():
 # --------------------------------------------------------------------------- DG-FedReuse
 
 
+@pytest.mark.slow  # an end-to-end run: the full suite keeps it
 def test_dg_proxy_forced_compute_scores_and_charges_forced_clients(tmp_path):
     runs = {}
     for mode in ("skip", "compute"):

@@ -143,6 +143,7 @@ def test_fedluar_candidates_round_one_and_recycling_oracle():
     assert torch.equal(r3.w[a], res.w[a] + agg[a] + agg[a])
 
 
+@pytest.mark.slow  # an end-to-end run: the full suite keeps it
 def test_fedluar_selection_frequency_matches_successive_sampling_law():
     scores = {0: 0.5, 2: 0.1, 3: 2.0, 5: 0.25}
     law = recycle_probabilities(scores, 2)

@@ -27,6 +27,7 @@ def _launch(p):
                     "install Debian's chromium or run `playwright install chromium`")  # fmt: skip
 
 
+@pytest.mark.slow  # an end-to-end run: the full suite keeps it
 def test_report_html_renders_in_chromium(tmp_path):
     long = {"cfg.method.dg.tau0": 0.91169880000000001, "cfg.method.dg.gate": "proxy"}
     for s in range(1, 7):
