@@ -23,9 +23,9 @@ def write_report(
     location's ``report/``; a local folder or a URI); returns the .md path (a URI when remote).
 
     The comparison uses the final-stage runs when the results hold any (the paired, test-split
-    stage of a sweep), else every finished run. ``T`` defaults to the last round all runs
-    completed; ``target`` (a validation accuracy fixed before looking at test results) adds the
-    bytes-to-target table.
+    stage of a sweep), else every finished run. ``T`` defaults to the last round all runs of a
+    dataset completed (per dataset when they differ, as in a study); ``target`` (a validation
+    accuracy fixed before looking at test results) adds the bytes-to-target table.
     """
     if isinstance(locations, str | Path):
         locations = [locations]
@@ -37,11 +37,11 @@ def write_report(
     if target is not None and not 0.0 < target <= 1.0:
         raise AnalysisError(f"--target {target}: a validation accuracy — allowed: (0, 1]")
     target_loc = str(out) if out else join(str(locations[0]), "report")
-    local = Storage.of(target_loc).local_path
+    store = Storage.of(target_loc)
+    local = store.local_path
     if local is None:  # a remote location: render here, then write each file once
         with tempfile.TemporaryDirectory() as tmp:
             _write(res_all, res, T, reference, target, locations, Path(tmp))
-            store = Storage.of(target_loc)
             for f in sorted(Path(tmp).iterdir()):
                 store.write_bytes(f.name, f.read_bytes())
         return join(target_loc, "report.md")
@@ -53,7 +53,7 @@ def write_report(
     return _write(res_all, res, T, reference, target, locations, local)
 
 
-def _write(res_all: Results, res: Results, T: int, reference: str | None,
+def _write(res_all: Results, res: Results, T: int | dict[str, int], reference: str | None,
            target: float | None, locations: list, out: Path) -> Path:  # fmt: skip
     which = "final stage" if _has_final(res_all) else "all stages"
     md = [f"# reuse_ray report\n\nSources: {', '.join(str(x) for x in locations)}\n",

@@ -19,12 +19,6 @@ class ResultsError(UserError):
     """A results directory or file is missing or unreadable."""
 
 
-def resolve(location: str | Path) -> tuple[pafs.FileSystem, str]:
-    """(filesystem, path) of a results root: a pyarrow filesystem URI or a local path."""
-    store = Storage.of(location)
-    return store.fs, store.root
-
-
 def is_results_root(location: str | Path) -> bool:
     """Whether the location is a folder (on an object store: any object lies below it)."""
     store = Storage.of(location)
@@ -41,7 +35,8 @@ def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
     that is not valid Parquet raises :class:`ResultsError` naming it."""
     if table not in SCHEMAS:
         raise ValueError(f"unknown table {table!r}; allowed: {', '.join(SCHEMAS)}")
-    fs, root = resolve(location)
+    store = Storage.of(location)
+    fs, root = store.fs, store.root
     base = f"{root}/{table}"
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return None

@@ -118,10 +118,6 @@ class Storage:
     def path(self, *parts: str) -> str:
         return "/".join([self.root.rstrip("/"), *(p.strip("/") for p in parts if p)])
 
-    def uri(self, *parts: str) -> str:
-        """A location below the root, in the form the user gave (path or URI)."""
-        return join(self.location, *parts)
-
     def info(self, *parts: str) -> pafs.FileInfo:
         return self.fs.get_file_info(self.path(*parts))
 

@@ -74,7 +74,6 @@ class RunWriter:
 
     def __init__(self, results_dir: str | Path, run_id: str, method: str):
         self.store = Storage.of(results_dir)
-        self.results_dir = str(results_dir)
         self.run_id = run_id
         self.method = method
         self.rows: dict[str, list[dict[str, Any]]] = {t: [] for t in RUN_TABLES}

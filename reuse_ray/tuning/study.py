@@ -463,16 +463,10 @@ def _trial_rows(trials: pd.DataFrame) -> list[dict[str, Any]]:
     return rows
 
 
-def budget_check(trials: pd.DataFrame) -> dict[str, int]:
-    """Search trials per (workload sweep, arm): equal by construction; diverged ones count."""
-    return trials.groupby(["sweep", "arm"]).size().to_dict()
-
-
 __all__ = [
     "Arm",
     "StudySpec",
     "arm_points",
-    "budget_check",
     "is_study",
     "load_study",
     "parse_study",

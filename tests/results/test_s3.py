@@ -42,7 +42,9 @@ def s3(tmp_path_factory):
     set for this process and the Ray workers it starts."""
     exe = shutil.which("moto_server")
     if exe is None:
-        pytest.skip("moto's server is not installed (pip install 'moto[server]')")
+        pytest.fail(
+            "moto's server is missing: it comes with the test extra (pip install -e '.[test]')"
+        )
     port = _free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log.open("w"),
