@@ -1,134 +1,247 @@
-"""Engine overhead on workload W (shared performance protocol), all measured in one process run.
+"""Engine overhead on workload W: every engine as its own process, interleaved, in one run.
 
-W: synthetic 20,000 x 1x28x28 images, 10 classes, 50 clients (Dirichlet 0.5), 10 clients a
-round, 3 local epochs, batch 128, SGD 0.05 / momentum 0.9 / wd 1e-4, dense FedAvg; measured on
-both networks: ``cnn_valid``, the classic unpadded MNIST CNN (1024 -> 512 -> 10, the network a
-user compares against), and the project's padded ``cnn`` (hidden 128, about twice the
-convolution work).
+W (``workload_w.py``): 20,000 synthetic 1×28×28 images, 50 clients (Dirichlet 0.5), 10 a round
+by reuse_ray's keyed schedule, 3 local epochs, batch 128, SGD 0.05 / 0.9 / 1e-4, dense FedAvg,
+validation after every round; on the unpadded ``cnn_valid`` (the classic MNIST CNN a user
+compares against) and on the project's padded ``cnn`` (hidden 128, about twice the convolution
+work).
 
-Measured, each as seconds per round (median of rounds 2-6):
-  plain-1t  a plain single-process PyTorch loop doing the same local training, 1 thread
-  plain-2t  the same loop with 2 threads (its best setting on a 2-core machine)
-  local     reuse_ray's sequential local engine (client work at 1 thread)
-  ray       reuse_ray's Ray engine (client-worker actors, 1 thread each)
-and printed as ratios: local / plain-1t (same thread count) and ray / plain-2t.
+Arms, each launched as a fresh process (``--arms``):
+  plain-2t  a plain PyTorch FedAvg loop, no framework, 2 threads (its best on 2 cores)
+  plain-1t  the same loop at 1 thread
+  local     reuse_ray's sequential local engine (1 thread)
+  ray       reuse_ray's Ray engine (client-worker actors of 1 CPU, 1 thread each)
+  flower    Flower 1.42's simulation runtime (``peer_flower.py``, 2 actors × 1 CPU), run by
+            the interpreter ``--flower-python`` names (its own venv: see peer_flower.py)
 
-    python benchmarks/engine_overhead.py [--rounds 7] [--samples 20000] [--models cnn_valid,cnn]
+For each: start-up (launch to the start of round 1), the first round, s/round (median of
+rounds 2–5, from one round's end to the next, validation included), launch-to-exit wall and
+the peak PSS of the whole process tree (``/proc/<pid>/smaps_rollup``, summed over the launched
+process and every descendant — Ray's GCS, raylet, agents and workers included — sampled every
+0.5 s). Medians over ``--repeats``; ratios against plain-2t of the same run.
+
+    python benchmarks/engine_overhead.py [--rounds 6] [--repeats 2] [--models cnn_valid,cnn]
+        [--arms plain-2t,plain-1t,local,ray,flower] [--flower-python .venv-flower/bin/python]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+from pathlib import Path
 
-import torch
-from torch import nn
-
-from reuse_ray.config import RunConfig, from_dict
-from reuse_ray.data import load_dataset, make_partition, to_tensor
-from reuse_ray.engine import run_fl, uniform_selection
-from reuse_ray.models import init_model
-from reuse_ray.results import read_table
-
-HIDDEN = {"cnn_valid": 512, "cnn": 128}
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+ARMS = ("plain-2t", "plain-1t", "local", "ray", "flower")
 
 
-def workload(rounds: int, samples: int, backend: str, results: str,
-             model: str = "cnn_valid") -> RunConfig:  # fmt: skip
-    return from_dict(
-        RunConfig,
-        {
-            "seed": 1,
-            "data": {"name": "synthetic", "synthetic_samples": int(samples / 0.72),
-                     "synthetic_shape": [1, 28, 28], "synthetic_classes": 10},
-            "model": {"name": model, "hidden": HIDDEN[model]},
-            "train": {"epochs": 3, "batch_size": 128, "lr": 0.05, "threads": 1},
-            "fl": {"num_clients": 50, "clients_per_round": 10, "rounds": rounds,
-                   "eval_every": 1000},
-            "method": {"name": "fedavg", "topk_ratio": 1.0},
-            "engine": {"backend": backend},
-            "results_dir": results,
-        },
-    )  # fmt: skip
+# ------------------------------------------------------------------ the arms (child processes)
 
 
-def plain_loop(cfg: RunConfig, threads: int) -> list[float]:
-    """The reference: a plain PyTorch FedAvg loop, no framework, same data and clients."""
+def child_plain(model: str, rounds: int, samples: int, threads: int) -> dict:
+    import torch
+    import workload_w as W
+
     torch.set_num_threads(threads)
-    data = load_dataset(cfg.data)
-    parts = make_partition(data.train.y, 50, "dirichlet", cfg.seed, 0.5, 10)
-    model = init_model(cfg.model.name, (1, 28, 28), 10, cfg.seed, cfg.model.hidden)
-    global_state = {k: v.clone() for k, v in model.state_dict().items()}
-    times = []
-    for t in range(1, cfg.fl.rounds + 1):
-        t0 = time.perf_counter()
-        selected = uniform_selection(cfg.seed, t, 50, 10)
-        total = sum(len(parts[i]) for i in selected)
-        new_state = {k: torch.zeros_like(v) for k, v in global_state.items()}
+    w = W.load(model, samples)
+    net = w.model()
+    state = {k: v.clone() for k, v in net.state_dict().items()}
+    stamps: dict = {"start1": time.time(), "ends": []}
+    for t in range(1, rounds + 1):
+        selected = W.schedule(t)
+        total = sum(len(w.parts[i]) for i in selected)
+        new = {k: torch.zeros_like(v) for k, v in state.items()}
         for i in selected:
-            model.load_state_dict(global_state)
-            opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9, weight_decay=1e-4)
-            idx = parts[i]
-            g = torch.Generator().manual_seed(t * 1000 + i)
-            for _ in range(3):
-                perm = torch.randperm(len(idx), generator=g).numpy()
-                for s in range(0, len(idx), 128):
-                    b = idx[perm[s : s + 128]]
-                    x = to_tensor(data.train.x[b], data.info)
-                    y = torch.from_numpy(data.train.y[b])
-                    opt.zero_grad()
-                    nn.functional.cross_entropy(model(x), y).backward()
-                    opt.step()
-            for k, v in model.state_dict().items():
-                new_state[k] += v * (len(idx) / total)
-        global_state = new_state
-        times.append(time.perf_counter() - t0)
-    return times
+            net.load_state_dict(state)
+            n = W.train_client(net, w, i, t)
+            for k, v in net.state_dict().items():
+                new[k] += v * (n / total)
+        state = new
+        net.load_state_dict(state)
+        W.evaluate_state(net, w)
+        stamps["ends"].append(time.time())
+    return stamps
 
 
-def engine_times(cfg: RunConfig) -> list[float]:
-    run_fl(cfg)
-    rounds = read_table(cfg.results_dir, "rounds").sort_values("round")
-    return rounds["round_wall_s"].tolist()
+class _Stamped:
+    """A backend that notes when round 1 starts (the engine's rows say when each round is
+    recorded, which on the Ray engine is after the next round trained)."""
+
+    def __init__(self, inner, stamps: dict):
+        self.inner, self.stamps, self.name = inner, stamps, inner.name
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    def run_round(self, t: int, selected: list[int]):
+        if t == 1:
+            self.stamps["start1"] = time.time()
+        return self.inner.run_round(t, selected)
 
 
-def median_2_6(times: list[float]) -> float:
-    return statistics.median(times[1:6])
+def child_engine(model: str, rounds: int, samples: int, backend: str) -> dict:
+    import workload_w as W
+
+    from reuse_ray.config import RunConfig, from_dict
+    from reuse_ray.engine import RunHooks, make_backend, run_fl
+
+    stamps: dict = {"ends": []}
+    results = tempfile.mkdtemp(prefix=f"overhead-{backend}-")
+    cfg = from_dict(RunConfig, W.run_config(model, rounds, samples, backend, results))
+    hooks = RunHooks(on_round=lambda _row, _blob: stamps["ends"].append(time.time()),
+                     evaluate_test=False, tensorboard=False)  # fmt: skip
+    run_fl(cfg, backend=_Stamped(make_backend(cfg), stamps), hooks=hooks)
+    return stamps
+
+
+def run_child(args: argparse.Namespace) -> None:
+    sys.path.insert(0, str(HERE))
+    if args.child in ("plain-1t", "plain-2t"):
+        out = child_plain(args.model, args.rounds, args.samples, int(args.child[6]))
+    else:
+        out = child_engine(args.model, args.rounds, args.samples, args.child)
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# ------------------------------------------------------------------ measuring a process tree
+
+
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        kids.setdefault(ppid, []).append(int(entry))
+    return kids
+
+
+def tree_pss(root: int) -> int:
+    """PSS bytes of ``root`` and all its descendants."""
+    kids, total, todo = _children(), 0, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(kids.get(pid, []))
+        try:
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    total += int(line.split()[1]) * 1024
+                    break
+        except OSError:
+            continue
+    return total
+
+
+def launch(cmd: list[str], env: dict[str, str]) -> dict:
+    """Run one arm; returns its stamps plus launch-to-exit wall and peak tree PSS."""
+    t_launch = time.time()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=env, cwd=ROOT)  # fmt: skip
+    peak = 0
+    lines: list[str] = []
+    import threading
+
+    reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
+    reader.start()
+    while proc.poll() is None:
+        peak = max(peak, tree_pss(proc.pid))
+        time.sleep(0.5)
+    reader.join()
+    wall = time.time() - t_launch
+    result = [ln for ln in lines if ln.startswith("RESULT ")]
+    if proc.returncode != 0 or not result:
+        tail = "".join(lines[-15:])
+        raise SystemExit(f"arm {' '.join(cmd[-8:])} failed (exit {proc.returncode}):\n{tail}")
+    stamps = json.loads(result[-1][len("RESULT ") :])
+    ends = stamps["ends"]
+    steady = [b - a for a, b in zip(ends[:4], ends[1:5], strict=True)]  # rounds 2..5
+    return {
+        "startup": stamps["start1"] - t_launch,
+        "first": ends[0] - stamps["start1"],
+        "round": statistics.median(steady),
+        "wall": wall,
+        "pss": peak,
+    }
+
+
+def arm_command(arm: str, args: argparse.Namespace, model: str) -> list[str] | None:
+    common = ["--model", model, "--rounds", str(args.rounds), "--samples", str(args.samples)]
+    if arm == "flower":
+        if not args.flower_python:
+            return None
+        return [args.flower_python, str(HERE / "peer_flower.py"), *common]
+    return [sys.executable, str(Path(__file__).resolve()), "--child", arm, *common]
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--rounds", type=int, default=6)
     ap.add_argument("--samples", type=int, default=20000)
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--models", default="cnn_valid,cnn")
+    ap.add_argument("--arms", default=",".join(ARMS))
+    ap.add_argument("--flower-python", default=os.environ.get("REUSE_RAY_FLOWER_PYTHON"),
+                    help="the Flower venv's python (default $REUSE_RAY_FLOWER_PYTHON; "
+                         "without it the flower arm is left out)")  # fmt: skip
+    ap.add_argument("--child", choices=ARMS[:4], help=argparse.SUPPRESS)
+    ap.add_argument("--model", default="cnn_valid", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    tmp = tempfile.mkdtemp(prefix="engine-overhead-")
-    import ray
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    if args.child:
+        return run_child(args)
+    if args.rounds < 6:
+        raise SystemExit("--rounds: at least 6 (s/round is the median of rounds 2-5)")
+    arms = [a for a in args.arms.split(",") if a]
+    unknown = sorted(set(arms) - set(ARMS))
+    if unknown:
+        raise SystemExit(f"--arms: unknown {unknown} — allowed: {', '.join(ARMS)}")
+    if "flower" in arms and not args.flower_python:
+        print("flower arm left out: no --flower-python (see benchmarks/peer_flower.py)")
+        arms.remove("flower")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))  # fmt: skip
+    env.pop("RAY_ADDRESS", None)
     for model in args.models.split(","):
-        res: dict[str, float] = {}
-        cfg = workload(args.rounds, args.samples, "local", f"{tmp}/{model}-local", model)
-        n_train = len(load_dataset(cfg.data).train)
-        print(f"workload W, {model} (hidden {HIDDEN[model]}): {n_train} training images, "
-              f"50 clients, 10/round, 3 epochs, batch 128, {args.rounds} rounds")  # fmt: skip
-
-        def record(name: str, times: list[float], res=res) -> None:
-            res[name] = median_2_6(times)
-            print(f"  {name:9s} {res[name]:7.3f} s/round (median of rounds 2-6)", flush=True)
-
-        record("plain-1t", plain_loop(cfg, 1))
-        record("plain-2t", plain_loop(cfg, 2))
-        record("local", engine_times(cfg))
-        ray_cfg = workload(args.rounds, args.samples, "ray", f"{tmp}/{model}-ray", model)
-        record("ray", engine_times(ray_cfg))
-        print(f"  {model}: local engine / plain loop (1 thread each): "
-              f"{res['local'] / res['plain-1t']:.3f}   (goal <= 1.03)")  # fmt: skip
-        print(f"  {model}: ray engine / plain loop (2 threads):       "
-              f"{res['ray'] / res['plain-2t']:.3f}   (target <= 0.90)")  # fmt: skip
-    ray.shutdown()
+        print(f"workload W on {model}: {args.samples} images, 50 clients, 10/round, 3 epochs, "
+              f"batch 128, validation every round, {args.rounds} rounds, "
+              f"{args.repeats} interleaved repeats", flush=True)  # fmt: skip
+        runs: dict[str, list[dict]] = {a: [] for a in arms}
+        for rep in range(args.repeats):
+            for arm in arms:
+                m = launch(arm_command(arm, args, model), env)
+                runs[arm].append(m)
+                print(
+                    f"  [{rep + 1}/{args.repeats}] {arm:8s} {m['round']:6.2f} s/round, "
+                    f"start-up {m['startup']:5.1f} s, first round {m['first']:5.2f} s, "
+                    f"wall {m['wall']:5.1f} s, peak PSS {m['pss'] / 1e9:4.2f} GB",
+                    flush=True,
+                )
+        med = {a: {k: statistics.median(r[k] for r in runs[a]) for k in runs[a][0]}
+               for a in arms}  # fmt: skip
+        ref = med.get("plain-2t")
+        print(f"\n  {model}, medians of {args.repeats}:")
+        print(
+            "  | engine | s/round (2–5) | × plain-2t | start-up s | first round ÷ steady "
+            "| launch-to-exit s | × plain-2t | peak PSS GB |"
+        )
+        print("  |---|---|---|---|---|---|---|---|")
+        for a in arms:
+            m = med[a]
+            x = f"{m['round'] / ref['round']:.3f}" if ref else "–"
+            xw = f"{m['wall'] / ref['wall']:.2f}" if ref else "–"
+            print(f"  | {a} | {m['round']:.2f} | {x} | {m['startup']:.1f} | "
+                  f"{m['first'] / m['round']:.2f} | {m['wall']:.1f} | {xw} | "
+                  f"{m['pss'] / 1e9:.2f} |")  # fmt: skip
+        print(flush=True)
 
 
 if __name__ == "__main__":

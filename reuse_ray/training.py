@@ -35,8 +35,22 @@ class LocalResult:
 def configure_determinism(threads: int) -> None:
     """Fixed thread count and deterministic kernels, so results do not depend on the machine."""
     torch.set_num_threads(threads)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    deterministic_kernels()
     torch.backends.cudnn.benchmark = False
+
+
+def deterministic_kernels() -> None:
+    """``torch.use_deterministic_algorithms(True, warn_only=True)`` for eager execution.
+
+    The public call also sets the compiler's (inductor's) flag, and importing that config
+    imports torch's compiler stack (dynamo, triton): about 150 MB and half a second in every
+    process that trains. Nothing here compiles, so the eager switch alone is set where torch
+    exposes it; the public call is the fallback."""
+    setter = getattr(torch._C, "_set_deterministic_algorithms", None)
+    if setter is None:  # pragma: no cover - a torch without the eager switch
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    else:
+        setter(True, warn_only=True)
 
 
 def _autocast(device: torch.device, amp: bool):

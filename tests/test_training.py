@@ -147,3 +147,19 @@ def test_evaluate_reports_accuracy_and_loss(digits):
     layout = StateLayout.from_model(model)
     acc, loss = evaluate(model, layout, layout.flatten(model), digits.val, digits.info)
     assert 0.0 <= acc <= 0.35 and loss == pytest.approx(np.log(10), rel=0.2)
+
+
+def test_determinism_switch_skips_the_compiler_stack():
+    """A training process sets deterministic kernels (warn-only) without importing torch's
+    compiler stack (dynamo, inductor, triton), which costs ~150 MB in every worker."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch; from reuse_ray.training import configure_determinism; "
+            "configure_determinism(1); "
+            "print(torch.are_deterministic_algorithms_enabled(), "
+            "torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_num_threads(), "
+            "sorted(m for m in ('torch._dynamo', 'torch._inductor', 'triton') "
+            "if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split("\n")[0] == "True True 1 []"

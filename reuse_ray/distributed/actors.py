@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 import warnings
 from typing import Any
 
@@ -38,17 +39,32 @@ def _as_tensor(w: np.ndarray | torch.Tensor) -> torch.Tensor:
 class ClientWorkerActor:
     """One client-worker process; virtual clients are multiplexed over a pool of these."""
 
-    def __init__(self, setup: RunSetup, device: str = "cpu"):
-        self.worker = ClientWorker(setup, device)
+    def __init__(self, device: str = "cpu"):
+        """Created before the run's inputs exist, so the process starts (and imports torch)
+        while the driver loads the data; :meth:`load` then builds the worker."""
+        self.device = device
+        self.worker: ClientWorker | None = None
 
-    def run(self, task: ClientTask, w: np.ndarray) -> tuple[ClientOutcome, tuple[bytes, ...], Any]:
-        """(small metadata, the messages, the client's new local state)."""
-        out = self.worker.run(task, _as_tensor(w))
+    def _worker(self, setup_box: list) -> ClientWorker:
+        """The worker, built from the setup the box's object ref holds on first use (also
+        after Ray restarted this actor, whose constructor does not see the setup)."""
+        if self.worker is None:
+            self.worker = ClientWorker(ray.get(setup_box[0]), self.device)
+        return self.worker
+
+    def load(self, setup_box: list) -> int:
+        """Build the worker and warm it up (one throwaway step), so round 1 runs warm."""
+        self._worker(setup_box).warm_up()
+        return os.getpid()
+
+    def run(self, task: ClientTask, w: np.ndarray,
+            setup_box: list) -> tuple[ClientOutcome, tuple[bytes, ...], Any]:  # fmt: skip
+        """(small metadata, the messages, the client's new local state). ``setup_box`` is
+        ``[setup_ref]``: nested, so Ray passes the ref itself, not the setup, on every call."""
+        out = self._worker(setup_box).run(task, _as_tensor(w))
         return dataclasses.replace(out, messages=(), local=None), out.messages, out.local
 
     def pid(self) -> int:
-        import os
-
         return os.getpid()
 
 
@@ -75,9 +91,15 @@ def _outcomes(metas: list[ClientOutcome], message_refs: list, local_refs: list) 
 class ServerActor:
     """Holds the server state of one run; the driver sees plans and reports only."""
 
-    def __init__(self, setup: RunSetup):
+    def __init__(self, setup: RunSetup | None = None):
+        """With no setup the actor only starts (and imports torch) while the driver loads the
+        data; :meth:`load` then builds the server core."""
         use_store(ObjectStore())
+        self.core = ServerCore(setup) if setup is not None else None
+
+    def load(self, setup: RunSetup) -> int:
         self.core = ServerCore(setup)
+        return os.getpid()
 
     def probes(self, t: int, selected: list[int]) -> tuple[ClientTask, ...]:
         return self.core.probes(t, selected)
@@ -108,8 +130,6 @@ class ServerActor:
         return self.core.memory_bytes()
 
     def pid(self) -> int:
-        import os
-
         return os.getpid()
 
     def table_handles(self) -> list:

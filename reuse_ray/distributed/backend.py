@@ -116,6 +116,9 @@ class RayBackend:
     """Client work on a pool of Ray actors; server state in a Ray actor."""
 
     name = "ray"
+    # the client work runs in other processes, so the driver validates w_t while round t+1
+    # trains (run_fl); the numbers are the same either way
+    overlaps_validation = True
 
     def __init__(self, cfg: RunConfig, resources: dict[str, float] | None = None,
                  name: str | None = None, namespace: str | None = None):  # fmt: skip
@@ -132,7 +135,11 @@ class RayBackend:
         self._setup_ref = None
         self.sizes: dict[int, int] = {}
 
-    def start(self, setup: RunSetup) -> None:
+    def prepare(self) -> None:
+        """Connect to Ray and start the actors before the run's inputs exist: their processes
+        start and import torch while the driver loads the data. Idempotent."""
+        if self.server is not None:
+            return
         e = self.cfg.engine
         ensure_ray(e.ray_address)
         resources = self.resources or ray.cluster_resources()
@@ -146,22 +153,27 @@ class RayBackend:
             cpu_per_worker=e.cpu_per_worker, gpu_fraction=e.gpu_fraction,
             num_workers=e.num_workers,
         )  # fmt: skip
-        self.sizes = {i: len(p) for i, p in enumerate(setup.partitions)}
-        _ship_method_code(setup)
-        setup_ref = ray.put(setup)  # arrays go to the object store once per run
-        self._setup_ref = setup_ref  # held for the run, so restarted actors can rebuild
         opts = {"max_restarts": -1, "max_task_retries": TASK_RETRIES}
         if use_gpu:
             opts.update(num_gpus=e.gpu_fraction, num_cpus=0)
         else:
             opts.update(num_cpus=e.cpu_per_worker)
         self.workers = [
-            ClientWorkerActor.options(**opts, **self._named(f"worker-{k}")).remote(
-                setup_ref, self.device
-            )
+            ClientWorkerActor.options(**opts, **self._named(f"worker-{k}")).remote(self.device)
             for k in range(size)
         ]
-        self.server = ServerActor.options(**self._named("server")).remote(setup_ref)
+        self.server = ServerActor.options(**self._named("server")).remote()
+
+    def start(self, setup: RunSetup) -> None:
+        """The setup goes to the object store once; every actor builds from it and the
+        workers warm up; this returns when all are ready, so round 1 runs warm."""
+        self.prepare()
+        self.sizes = {i: len(p) for i, p in enumerate(setup.partitions)}
+        _ship_method_code(setup)
+        setup_ref = ray.put(setup)  # arrays go to the object store once per run
+        self._setup_ref = setup_ref  # held for the run, so restarted actors can rebuild
+        ray.get([w.load.remote([setup_ref]) for w in self.workers]
+                + [self.server.load.remote(setup_ref)])  # fmt: skip
         self.restarts = 0
         self._snap_ref = None
         self._take_snapshot(0)
@@ -217,8 +229,8 @@ class RayBackend:
             self._play(t, selected)
 
     def _play(self, t: int, selected: list[int]) -> RoundReport:
-        return play_round(RemoteServer(self.server), RayPool(self.workers, self.sizes), t,
-                          selected)  # fmt: skip
+        pool = RayPool(self.workers, self.sizes, self._setup_ref)
+        return play_round(RemoteServer(self.server), pool, t, selected)
 
     def _survive(self, call):
         """``call()``, restarting the server from its snapshot when its actor died."""
@@ -290,8 +302,8 @@ Result = tuple[ray.ObjectRef, ray.ObjectRef, ray.ObjectRef]
 class RayPool:
     """Client tasks over a pool of worker actors, largest clients first (LPT)."""
 
-    def __init__(self, workers: list, sizes: dict[int, int]):
-        self.workers, self.sizes = workers, sizes
+    def __init__(self, workers: list, sizes: dict[int, int], setup_ref: ray.ObjectRef):
+        self.workers, self.sizes, self.setup_box = workers, sizes, [setup_ref]
 
     def run(self, tasks: list[ClientTask], w_ref: ray.ObjectRef) -> list[Result]:
         """Run every task on idle workers; the refs come back in client order."""
@@ -304,7 +316,8 @@ class RayPool:
         while queue or pending:
             while queue and idle:
                 task, wid = queue.pop(0), idle.pop(0)
-                out = self.workers[wid].run.options(num_returns=3).remote(task, w_ref)
+                run = self.workers[wid].run.options(num_returns=3)
+                out = run.remote(task, w_ref, self.setup_box)
                 refs[task.client] = out
                 pending[out[0]] = wid
             done, _ = ray.wait(list(pending), num_returns=1)

@@ -10,6 +10,7 @@ saved every K rounds and a resumed run continues bit-identically.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -17,6 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,6 +78,18 @@ class RunSummary:
     status: str
     row: dict[str, Any]
     results_dir: str
+
+
+@dataclass(frozen=True)
+class _Played:
+    """A round the backend has played, waiting to be recorded; ``val`` is its validation
+    (accuracy, loss), None off evaluation rounds, or a Future while it runs."""
+
+    round: int
+    report: Any
+    wall: float  # client work and server step; the wait for the validation is added
+    val: Any
+    checkpoint: bool
 
 
 def _fmt_bytes(n: float) -> str:
@@ -230,29 +244,36 @@ def run_fl(
         else:
             writer.clear_previous()
 
-    if data is None:
-        data = load_dataset(cfg.data)
-    if not hooks.evaluate_test:
-        data.forbid_test()  # a validation-only stage provably never reads the test split
-    parts = partition_clients(cfg, data)
-    info = data.info
-    setup, model = make_setup(cfg, data, parts)
-    layout = setup.layout
     backend = backend or make_backend(cfg)
-    recorder = Recorder(writer, run_id, cfg.seed, layout.dense_bytes)
+    try:
+        prepare = getattr(backend, "prepare", None)
+        if prepare is not None:
+            prepare()  # a remote backend's workers start while the data loads
+        if data is None:
+            data = load_dataset(cfg.data)
+        if not hooks.evaluate_test:
+            data.forbid_test()  # a validation-only stage provably never reads the test split
+        parts = partition_clients(cfg, data)
+        setup, model = make_setup(cfg, data, parts)
+        info = data.info
+        layout = setup.layout
+        recorder = Recorder(writer, run_id, cfg.seed, layout.dense_bytes)
 
-    counts = class_counts(parts, data.train.y, info.num_classes)
-    for i, p in enumerate(parts):
-        writer.add("clients", {"run_id": run_id, "seed": cfg.seed, "client_id": i,
-                               "num_samples": len(p),
-                               "class_counts": counts[i].tolist()})  # fmt: skip
-    run_row = _run_row(cfg, run_id, hooks, setup, backend, started_at)
-    first_round = 1
-    if resumed is not None:
-        recorder.resume(resumed)
-        first_round = resumed.round + 1
-    writer.set_run_row(run_row)
-    writer.flush()
+        counts = class_counts(parts, data.train.y, info.num_classes)
+        for i, p in enumerate(parts):
+            writer.add("clients", {"run_id": run_id, "seed": cfg.seed, "client_id": i,
+                                   "num_samples": len(p),
+                                   "class_counts": counts[i].tolist()})  # fmt: skip
+        run_row = _run_row(cfg, run_id, hooks, setup, backend, started_at)
+        first_round = 1
+        if resumed is not None:
+            recorder.resume(resumed)
+            first_round = resumed.round + 1
+        writer.set_run_row(run_row)
+        writer.flush()
+    except BaseException:
+        backend.close()  # nothing started may outlive a run that never began
+        raise
     say(f"[{run_id}] {cfg.method.name} on {cfg.data.name}/{setup.model_name}: "
         f"{cfg.fl.num_clients} clients, {cfg.fl.clients_per_round}/round, {cfg.fl.rounds} rounds, "
         f"d={layout.dim:,} (B0={_fmt_bytes(layout.dense_bytes)}), backend={backend.name}"
@@ -283,31 +304,32 @@ def run_fl(
                 {"run_id": run_id, "stage": hooks.stage, **flatten(cfg)},
             )
         t_loop = time.perf_counter()
-        for t in range(first_round, cfg.fl.rounds + 1):
-            t0 = time.perf_counter()
-            selected = select_clients(cfg, t, probs)
-            report = backend.run_round(t, selected)
-            if report.diverged:
-                status, error = "diverged", f"non-finite loss or update in round {t}"
-                say(f"[{run_id}] round {t}: diverged (non-finite loss or update); stopping")
-                break
-            completed = t
-            val = None
-            if t == 1 or t % cfg.fl.eval_every == 0 or t == cfg.fl.rounds:
-                val = evaluate(model, layout, backend.weights(), data.val, info,
-                               cfg.train.eval_batch_size)  # fmt: skip
-            row = recorder.record(t, report, val, time.perf_counter() - t0)
+        overlap = bool(getattr(backend, "overlaps_validation", False))
+        evaluator = ThreadPoolExecutor(1, thread_name_prefix="validation") if overlap else None
+        pending: _Played | None = None
+
+        def finish(p: _Played, notify: bool = True) -> None:
+            """Record a played round once its validation is in: rows, scalars, progress,
+            flushes, the checkpoint and the caller's hook, in round order."""
+            t, val = p.round, p.val
+            wall = p.wall
+            if isinstance(val, Future):
+                waited = time.perf_counter()
+                val = val.result()
+                wall += time.perf_counter() - waited
+            row = recorder.record(t, p.report, val, wall)
             if scalars is not None:
-                scalars.add(t, row, report, val)
+                scalars.add(t, row, p.report, val)
             if tracked is not None:
                 tracked.log_round(t, row, val)
             say(_progress_line(run_id, t, cfg.fl.rounds, row, val, recorder.cum,
                                time.perf_counter() - t_loop, t - first_round + 1))  # fmt: skip
             if val is not None:
                 writer.flush(("rounds", "client_events"))
+            if not notify:
+                return
             blob = None
-            if (hooks.checkpoint_every and t % hooks.checkpoint_every == 0
-                    and t < cfg.fl.rounds):  # fmt: skip
+            if p.checkpoint:
                 writer.flush(("rounds", "client_events"))
                 blob = checkpoint.dumps(recorder.checkpoint(t, backend.snapshot()))
             if hooks.on_round is not None:
@@ -315,8 +337,50 @@ def run_fl(
                 hooks.on_round(dict(row, last_val_acc=last[0] if last else None), blob)
             if blob is not None and hooks.save_checkpoint is not None:
                 hooks.save_checkpoint(blob, t)
-        else:
-            status = "finished"
+
+        try:
+            for t in range(first_round, cfg.fl.rounds + 1):
+                t0 = time.perf_counter()
+                selected = select_clients(cfg, t, probs)
+                report = backend.run_round(t, selected)
+                wall = time.perf_counter() - t0
+                if pending is not None:  # round t-1, validated while round t trained
+                    finish(pending)
+                    pending = None
+                if report.diverged:
+                    status, error = "diverged", f"non-finite loss or update in round {t}"
+                    say(f"[{run_id}] round {t}: diverged (non-finite loss or update); stopping")
+                    break
+                completed = t
+                ckpt = bool(hooks.checkpoint_every and t % hooks.checkpoint_every == 0
+                            and t < cfg.fl.rounds)  # fmt: skip
+                val: Any = None
+                if t == 1 or t % cfg.fl.eval_every == 0 or t == cfg.fl.rounds:
+                    w_t = backend.weights()
+                    if evaluator is not None and not ckpt and t < cfg.fl.rounds:
+                        # validate w_t on a driver thread while round t+1 trains: the same
+                        # numbers, off the round's critical path
+                        val = evaluator.submit(evaluate, model, layout, w_t, data.val, info,
+                                               cfg.train.eval_batch_size)  # fmt: skip
+                    else:
+                        val = evaluate(model, layout, w_t, data.val, info,
+                                       cfg.train.eval_batch_size)  # fmt: skip
+                played = _Played(t, report, wall, val, ckpt)
+                if isinstance(val, Future):
+                    pending = played
+                else:
+                    finish(played)
+            else:
+                status = "finished"
+        except BaseException:
+            if pending is not None:  # keep the last played round's rows
+                with contextlib.suppress(Exception):
+                    finish(pending, notify=False)
+                pending = None
+            raise
+        finally:
+            if evaluator is not None:
+                evaluator.shutdown(wait=True)
         if status == "finished" and hooks.evaluate_test:
             test = evaluate(model, layout, backend.weights(), data.test(), info,
                             cfg.train.eval_batch_size)  # fmt: skip

@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
+from torch import nn
 
 from ..algorithms.api import ClientTask
 from ..models import init_model
@@ -69,6 +71,20 @@ class ClientWorker:
         )  # fmt: skip
         self._stage = "encoding"
         return p
+
+    def warm_up(self) -> None:
+        """One forward and backward pass of a throwaway copy of the model on a zero batch of
+        the training shape, so the first real task does not pay the kernels' first-use cost.
+        The worker's model, its buffers and every random stream are left untouched (training
+        draws only from keyed generators; the global one is restored anyway)."""
+        s = self.setup
+        model = copy.deepcopy(self.model).to(self.device)
+        n = max(2, min(s.cfg.train.batch_size, len(s.train)))  # BatchNorm needs 2 samples
+        x = torch.zeros((n, *s.info.shape), device=self.device)
+        y = torch.zeros(n, dtype=torch.long, device=self.device)
+        with torch.random.fork_rng(devices=[]):
+            model.train()
+            nn.functional.cross_entropy(model(x), y).backward()
 
     # ----------------------------------------------------------------- running a task
 

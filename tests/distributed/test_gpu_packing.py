@@ -27,9 +27,9 @@ def test_four_quarter_gpu_workers_share_the_gpu_and_a_fifth_waits(tmp_path):
     cfg = small_config(tmp_path)
     setup_ref = ray.put(make_setup(cfg, *prepare_data(cfg))[0])
     opts = {"num_gpus": 0.25, "num_cpus": 0}
-    workers = [ClientWorkerActor.options(**opts).remote(setup_ref, "cpu") for _ in range(5)]
+    workers = [ClientWorkerActor.options(**opts).remote("cpu") for _ in range(5)]
     try:
-        pids = [w.pid.remote() for w in workers]
+        pids = [w.load.remote([setup_ref]) for w in workers]  # built and warmed up
         ready, _ = ray.wait(pids[:4], num_returns=4, timeout=120)
         assert len(ready) == 4  # four quarters fit on the one GPU
         late, _ = ray.wait(pids[4:], timeout=5)

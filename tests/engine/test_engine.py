@@ -284,3 +284,67 @@ def test_every_cfg_column_groups_in_pandas(tmp_path):
     assert len(runs.drop_duplicates(cols)) == 2
     assert json.loads(runs["cfg.fl.group_probs"].iloc[0]) == [0.5, 1.0]
     assert json.loads(runs["cfg.data.synthetic_shape"].iloc[0]) == [1, 8, 8]
+
+
+class _OverlappingBackend(LocalBackend):
+    """The local backend, validated the way the Ray engine is: w_t on a driver thread while
+    round t+1 trains."""
+
+    overlaps_validation = True
+
+    def weights(self):
+        return super().weights().clone()
+
+
+def test_validation_overlapping_the_next_round_changes_no_number(tmp_path, monkeypatch):
+    import threading
+
+    from reuse_ray.engine import RunHooks, loop
+
+    threads, seen = [], []
+    real = loop.evaluate
+
+    def spy(*args, **kw):
+        threads.append(threading.current_thread().name)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(loop, "evaluate", spy)
+    kw = {"fl__rounds": 7, "fl__eval_every": 1, "method__name": "dg_fedreuse"}
+    plain, overlapped = small_config(tmp_path / "a", **kw), small_config(tmp_path / "b", **kw)
+    run_fl(plain)
+    blobs = {}
+    hooks = RunHooks(on_round=lambda row, blob: seen.append((row["round"], row["val_acc"])),
+                     checkpoint_every=3, save_checkpoint=lambda b, t: blobs.__setitem__(t, b))
+    run_fl(overlapped, backend=_OverlappingBackend(), hooks=hooks)  # fmt: skip
+    a, b = _tables(plain.results_dir), _tables(overlapped.results_dir)
+    for name in ("rounds", "client_events"):
+        pd.testing.assert_frame_equal(_metrics(a[name]), _metrics(b[name]), check_exact=True)
+    for col in ("test_acc", "final_val_acc", "cum_up_measured", "rounds_completed"):
+        assert a["runs"].iloc[0][col] == b["runs"].iloc[0][col]
+    # rounds reach the caller in order, each with its own validation
+    assert [r for r, _ in seen] == list(range(1, 8))
+    assert [v for _, v in seen] == a["rounds"].sort_values("round")["val_acc"].tolist()
+    # the plain run validated inline (7 rounds + the test split); the overlapped run validated
+    # rounds 1, 2, 4, 5 on the validation thread, the checkpoint rounds 3 and 6, the last
+    # round and the test split inline
+    assert threads[:8] == ["MainThread"] * 8
+    on_thread = [name.startswith("validation") for name in threads[8:]]
+    assert on_thread == [True, True, False, True, True, False, False, False]
+    assert sorted(blobs) == [3, 6]
+
+
+class _OverlapCrash(_OverlappingBackend):
+    def run_round(self, t, selected):
+        if t == 3:
+            raise ClientError(selected[0], 3, "local training", ValueError("corrupt data"))
+        return super().run_round(t, selected)
+
+
+def test_a_crash_while_a_validation_is_pending_keeps_that_rounds_rows(tmp_path):
+    cfg = small_config(tmp_path, fl__rounds=5, fl__eval_every=1)
+    with pytest.raises(ClientError, match="client .* failed in round 3"):
+        run_fl(cfg, backend=_OverlapCrash())
+    runs = read_table(cfg.results_dir, "runs")
+    assert runs.iloc[0]["status"] == "failed" and runs.iloc[0]["rounds_completed"] == 2
+    rounds = read_table(cfg.results_dir, "rounds").sort_values("round")
+    assert rounds["round"].tolist() == [1, 2] and rounds["val_acc"].notna().all()
