@@ -313,8 +313,11 @@ def test_validation_overlapping_the_next_round_changes_no_number(tmp_path, monke
     plain, overlapped = small_config(tmp_path / "a", **kw), small_config(tmp_path / "b", **kw)
     run_fl(plain)
     blobs = {}
-    hooks = RunHooks(on_round=lambda row, blob: seen.append((row["round"], row["val_acc"])),
-                     checkpoint_every=3, save_checkpoint=lambda b, t: blobs.__setitem__(t, b))
+    hooks = RunHooks(
+        on_round=lambda row, blob: seen.append((row["round"], row["val_acc"])),
+        checkpoint_every=3,
+        save_checkpoint=lambda b, t: blobs.__setitem__(t, b),
+    )
     run_fl(overlapped, backend=_OverlappingBackend(), hooks=hooks)  # fmt: skip
     a, b = _tables(plain.results_dir), _tables(overlapped.results_dir)
     for name in ("rounds", "client_events"):
