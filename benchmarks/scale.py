@@ -10,10 +10,13 @@ every split), and the ratio of each round time to the 10,000-client run's.
 The spill part runs MIFA, whose server keeps a memory y_i (one model vector) per client that
 ever took part, with the object store capped at ``--spill-store-mb``: the memories outgrow the
 cap, Ray spills them to disk, and the run finishes with the server actor's heap bounded. It
-reports the memories' bytes, what Ray spilled and restored, and the server actor's peak RSS.
+reports the memories' bytes, what Ray spilled and restored, and the server actor's peak private
+memory (RssAnon: its heap, without the object store pages it maps).
+It runs with ``engine.server_snapshot_every: 0``: a snapshot of the server copies every memory.
 
     python benchmarks/scale.py [--clients 1000,10000,100000] [--per-round 1000] [--rounds 5]
-        [--methods fedavg,dg_fedreuse] [--spill-clients 4000] [--spill-store-mb 200]
+        [--methods fedavg,dg_fedreuse] [--spill-clients 3000] [--spill-per-round 200]
+        [--spill-rounds 10] [--spill-store-mb 200]
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ def _pss(pid: int | str = "self") -> int:
     return 0
 
 
-def _rss(pid: int) -> int:
+def _rss_anon(pid: int) -> int:
+    """The process's private resident memory (its heap), without the object store's shared
+    pages it maps."""
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith("RssAnon:"):
             return int(line.split()[1]) * 1024
     return 0
 
@@ -69,7 +74,9 @@ class Peak:
         return self.peak
 
 
-def config(clients: int, per_round: int, rounds: int, method: str, results: str) -> dict:
+def config(
+    clients: int, per_round: int, rounds: int, method: str, results: str, snapshot_every: int = 1
+) -> dict:
     return {
         "seed": 1,
         "data": {"name": "synthetic", "synthetic_samples": int(20 * clients / 0.72),
@@ -80,7 +87,7 @@ def config(clients: int, per_round: int, rounds: int, method: str, results: str)
                "rounds": rounds, "eval_every": rounds},
         "partition": {"kind": "iid"},
         "method": {"name": method, "topk_ratio": 0.2 if method == "dg_fedreuse" else 1.0},
-        "engine": {"backend": "ray", "num_workers": 2},
+        "engine": {"backend": "ray", "num_workers": 2, "server_snapshot_every": snapshot_every},
         "results_dir": results,
     }  # fmt: skip
 
@@ -127,7 +134,9 @@ def child(args: argparse.Namespace) -> dict:
                     try:
                         pid = ray.get(ray.get_actor(actor["name"], actor["namespace"]).pid
                                       .remote(), timeout=5)  # fmt: skip
-                        server_rss["peak"] = max(server_rss["peak"], _rss(pid))
+                        now = _rss_anon(pid)
+                        server_rss.setdefault("first", now)
+                        server_rss["peak"] = max(server_rss["peak"], now)
                     except Exception:  # noqa: BLE001 - it may be starting or gone
                         pass
             stop.wait(1.0)
@@ -136,7 +145,10 @@ def child(args: argparse.Namespace) -> dict:
     watcher = threading.Thread(target=watch_server, daemon=True)
     watcher.start()
     results = tempfile.mkdtemp(prefix="scale-")
-    cfg = from_dict(RunConfig, config(args.n, args.per_round, args.rounds, args.method, results))
+    cfg = from_dict(
+        RunConfig,
+        config(args.n, args.per_round, args.rounds, args.method, results, args.snapshot_every),
+    )
     summary = run_fl(cfg, hooks=RunHooks(evaluate_test=False, tensorboard=False))
     stop.set()
     watcher.join()
@@ -152,16 +164,18 @@ def child(args: argparse.Namespace) -> dict:
         "driver_peak_pss": peak, "driver_baseline_pss": baseline, "dataset_bytes": dataset,
         "server_memory_bytes": summary.row["server_memory_bytes"],
         "client_memory_bytes": summary.row["client_memory_bytes"],
-        "server_peak_rss": server_rss["peak"], **_spill_stats(),
+        "server_peak_rss": server_rss["peak"], "server_first_rss": server_rss.get("first", 0),
+        **_spill_stats(),
     }  # fmt: skip
     ray.shutdown()
     return out
 
 
-def launch(n: int, method: str, args: argparse.Namespace, store_mb: int = 0) -> dict:
+def launch(n: int, method: str, args: argparse.Namespace, store_mb: int = 0,
+           snapshot_every: int = 1, per_round: int = 0, rounds: int = 0) -> dict:  # fmt: skip
     cmd = [sys.executable, __file__, "--child", "--n", str(n), "--method", method,
-           "--per-round", str(args.per_round), "--rounds", str(args.rounds),
-           "--store-mb", str(store_mb)]  # fmt: skip
+           "--per-round", str(per_round or args.per_round), "--rounds", str(rounds or args.rounds),
+           "--store-mb", str(store_mb), "--snapshot-every", str(snapshot_every)]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))  # fmt: skip
     env.pop("RAY_ADDRESS", None)
@@ -182,12 +196,15 @@ def main() -> None:
     ap.add_argument("--per-round", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--methods", default="fedavg,dg_fedreuse")
-    ap.add_argument("--spill-clients", type=int, default=4000, help="0: no spill part")
+    ap.add_argument("--spill-clients", type=int, default=3000, help="0: no spill part")
+    ap.add_argument("--spill-per-round", type=int, default=200)
+    ap.add_argument("--spill-rounds", type=int, default=10)
     ap.add_argument("--spill-store-mb", type=int, default=200)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--method", help=argparse.SUPPRESS)
     ap.add_argument("--store-mb", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--snapshot-every", type=int, default=1, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         print("RESULT " + json.dumps(child(args)), flush=True)
@@ -216,12 +233,23 @@ def main() -> None:
                   f"<= 1.1)", flush=True)  # fmt: skip
     if args.spill_clients:
         n, cap = args.spill_clients, args.spill_store_mb
-        r = launch(n, "mifa", args, store_mb=cap)
+        # a server snapshot copies every memory, so server survival is off here
+        r = launch(
+            n,
+            "mifa",
+            args,
+            store_mb=cap,
+            snapshot_every=0,
+            per_round=args.spill_per_round,
+            rounds=args.spill_rounds,
+        )
         mem = (r["server_memory_bytes"] or 0) / 1e6
-        print(f"  mifa {n:,} clients, object store capped at {cap} MiB: memories y_i "
+        print(f"  mifa {n:,} clients, {args.spill_per_round} a round, {args.spill_rounds} rounds, "
+              f"object store capped at {cap} MiB: memories y_i "
               f"{mem:.0f} MB at the end; Ray spilled {r['spilled_mib']:.0f} MiB "
               f"({r['spilled_objects']} objects) and restored {r['restored_mib']:.0f} MiB; "
-              f"server actor peak RSS {r['server_peak_rss'] / 1e6:.0f} MB; "
+              f"server actor's private memory (RssAnon) {r['server_first_rss'] / 1e6:.0f} MB when "
+              f"first seen, {r['server_peak_rss'] / 1e6:.0f} MB at its peak; "
               f"{r['round_s']:.2f} s/round; run {r['status']}", flush=True)  # fmt: skip
 
 

@@ -134,6 +134,8 @@ ROUNDS = pa.schema(
         pa.field("cum_saving_bidirectional", pa.float64()),
         pa.field("client_steps", pa.int64()),
         pa.field("update_norm", pa.float64()),  # ‖w_{t+1} − w_t‖
+        # client work and server step, plus the wait for this round's validation (on the Ray
+        # engine the validation runs beside the next round, so the wait is usually ~0)
         pa.field("round_wall_s", pa.float64()),
     ]
 )
