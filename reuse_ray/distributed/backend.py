@@ -178,6 +178,10 @@ class RayBackend:
         self._snap_ref = None
         self._take_snapshot(0)
 
+    def shared_train(self):
+        """The training split as the workers see it: read zero-copy from the object store."""
+        return ray.get(self._setup_ref).train
+
     # ------------------------------------------------------------ the server survives its actor
 
     def _named(self, role: str) -> dict:

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -245,6 +245,7 @@ def run_fl(
             writer.clear_previous()
 
     backend = backend or make_backend(cfg)
+    owns_data = data is None  # loaded here, so this run may rebind its arrays
     try:
         prepare = getattr(backend, "prepare", None)
         if prepare is not None:
@@ -288,6 +289,13 @@ def run_fl(
     try:
         probs = np.asarray(setup.probs)
         backend.start(setup)
+        shared_train = getattr(backend, "shared_train", None)
+        if owns_data and shared_train is not None:
+            # the driver reads the training split only to set the run up: from now on it
+            # sees the backend's shared copy (zero-copy from Ray's object store) and its own
+            # is freed, so the split is held once, not twice
+            data.train = shared_train()
+            setup = replace(setup, train=data.train)
         if resumed is not None:
             backend.restore(resumed.server)
         label = hooks.extra.get("label") or (hooks.trial_id if hooks.stage == "search"

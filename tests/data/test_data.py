@@ -166,3 +166,28 @@ def test_data_root_from_environment(tmp_path, monkeypatch):
     write_pathmnist(tmp_path / "envroot")
     monkeypatch.setenv("REUSE_RAY_DATA", str(tmp_path / "envroot"))
     assert load_dataset(DataConfig(name="pathmnist")).info.name == "pathmnist"
+
+
+def test_synthetic_data_drawn_in_chunks_equals_one_draw(monkeypatch):
+    """The generator draws its noise in chunks (to bound memory at 100,000 clients); the
+    values are those of one draw of every sample, split as before."""
+    import numpy as np
+
+    from reuse_ray.config import DataConfig, from_dict
+    from reuse_ray.data import load_dataset, registry
+    from reuse_ray.rng import Purpose, generator
+
+    monkeypatch.setattr(registry, "SYNTHETIC_CHUNK", 1000)
+    n, shape, sigma = 2500, (2, 3, 4), 0.7
+    d = load_dataset(from_dict(DataConfig, {"name": "synthetic", "synthetic_samples": n,
+                                            "synthetic_shape": list(shape),
+                                            "synthetic_noise": sigma}))  # fmt: skip
+    rng = generator(0, Purpose.SYNTHETIC_DATA)
+    templates = rng.standard_normal((10, *shape)).astype(np.float32)
+    y = rng.integers(0, 10, size=n).astype(np.int64)
+    x = templates[y] + np.float32(sigma) * rng.standard_normal((n, *shape)).astype(np.float32)
+    rest, test = registry.stratified_split(y, 0.2, generator(0, Purpose.DATA_SPLIT, 1))
+    keep, val = registry.stratified_split(y[rest], 0.1, generator(0, Purpose.DATA_SPLIT, 2))
+    assert np.array_equal(d.train.x, x[rest][keep]) and np.array_equal(d.train.y, y[rest][keep])
+    assert np.array_equal(d.val.x, x[rest][val]) and np.array_equal(d.test().x, x[test])
+    assert d.train.x.dtype == np.float32
