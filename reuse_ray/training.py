@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -114,6 +115,42 @@ def _batch(
     return x.to(device), torch.from_numpy(data.y[batch]).to(device)
 
 
+class HeavyBallSGD:
+    """``torch.optim.SGD(params, lr, momentum, weight_decay)`` (no dampening, no Nesterov): the
+    operations of its single-tensor path in the same order, so the same bits (the golden runs
+    check it). torch's optimizers import its compiler stack (dynamo, triton: ~150 MB and half a
+    second) on first use in every process; a client worker needs only this update."""
+
+    def __init__(self, params: list[torch.Tensor], lr: float, momentum: float,
+                 weight_decay: float):  # fmt: skip
+        self.params, self.lr, self.momentum, self.weight_decay = params, lr, momentum, weight_decay
+        self.buffers: list[torch.Tensor | None] = [None] * len(params)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            if set_to_none:
+                p.grad = None
+            elif p.grad is not None:
+                p.grad.zero_()
+
+    @torch.no_grad()
+    def step(self) -> None:
+        for i, p in enumerate(self.params):
+            if p.grad is None:
+                continue
+            grad = p.grad
+            if self.weight_decay != 0:
+                grad = grad.add(p, alpha=self.weight_decay)
+            if self.momentum != 0:
+                buf = self.buffers[i]
+                if buf is None:
+                    buf = self.buffers[i] = grad.detach().clone()
+                else:
+                    buf.mul_(self.momentum).add_(grad, alpha=1)
+                grad = buf
+            p.add_(grad, alpha=-self.lr)
+
+
 def local_update(
     model: nn.Module,
     layout: StateLayout,
@@ -142,12 +179,16 @@ def local_update(
     _load(model, layout, w, int_buffers, device)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+    scaler = torch.amp.GradScaler("cuda") if (amp and device.type == "cuda") else None
+    opt: Any = (
+        torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=weight_decay)
+        if scaler is not None  # the scaler steps torch's optimizers
+        else HeavyBallSGD(params, lr, momentum, weight_decay)
+    )
     anchors = [p.detach().clone() for p in params] if mu > 0 else None
     named = dict(model.named_parameters())
     shuffle_gen = torch_generator(seed, Purpose.TRAIN_SHUFFLE, round_, client)
     aug_gen = torch_generator(seed, Purpose.AUGMENT, round_, client)
-    scaler = torch.amp.GradScaler("cuda") if (amp and device.type == "cuda") else None
     n = len(indices)
     starts = batch_starts(n, batch_size, has_batchnorm(model))
     total_loss, steps, finite = 0.0, 0, True
