@@ -353,8 +353,8 @@ def run_fl(
                 report = backend.run_round(t, selected)
                 wall = time.perf_counter() - t0
                 if pending is not None:  # round t-1, validated while round t trained
-                    finish(pending)
-                    pending = None
+                    done, pending = pending, None  # recorded once, even if a hook raises
+                    finish(done)
                 if report.diverged:
                     status, error = "diverged", f"non-finite loss or update in round {t}"
                     say(f"[{run_id}] round {t}: diverged (non-finite loss or update); stopping")

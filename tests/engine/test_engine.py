@@ -351,3 +351,17 @@ def test_a_crash_while_a_validation_is_pending_keeps_that_rounds_rows(tmp_path):
     assert runs.iloc[0]["status"] == "failed" and runs.iloc[0]["rounds_completed"] == 2
     rounds = read_table(cfg.results_dir, "rounds").sort_values("round")
     assert rounds["round"].tolist() == [1, 2] and rounds["val_acc"].notna().all()
+
+
+def test_a_hook_that_raises_on_an_overlapped_round_records_it_once(tmp_path):
+    from reuse_ray.engine import RunHooks
+
+    def stop_at_round_2(row, _blob):
+        if row["round"] == 2:
+            raise RuntimeError("stopped by the caller")
+
+    cfg = small_config(tmp_path, fl__rounds=5, fl__eval_every=1)
+    with pytest.raises(RuntimeError, match="stopped by the caller"):
+        run_fl(cfg, backend=_OverlappingBackend(), hooks=RunHooks(on_round=stop_at_round_2))
+    rounds = read_table(cfg.results_dir, "rounds")
+    assert sorted(rounds["round"]) == [1, 2]  # each once, though round 3 had already trained
