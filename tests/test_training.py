@@ -149,6 +149,7 @@ def test_evaluate_reports_accuracy_and_loss(digits):
     assert 0.0 <= acc <= 0.35 and loss == pytest.approx(np.log(10), rel=0.2)
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch: ~3 s
 def test_determinism_switch_skips_the_compiler_stack():
     """A training process sets deterministic kernels (warn-only) without importing torch's
     compiler stack (dynamo, inductor, triton), which costs ~150 MB in every worker."""
@@ -192,6 +193,7 @@ def test_heavy_ball_sgd_matches_torch_sgd_bit_for_bit():
                 assert torch.equal(p, q)
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch: ~3 s
 def test_local_training_imports_no_compiler_stack():
     """A client worker trains without importing torch's compiler stack."""
     import subprocess
