@@ -35,6 +35,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -154,8 +155,6 @@ def launch(cmd: list[str], env: dict[str, str]) -> dict:
                             env=env, cwd=ROOT)  # fmt: skip
     peak = 0
     lines: list[str] = []
-    import threading
-
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     while proc.poll() is None:

@@ -15,7 +15,12 @@ from .records import RoundReport, RunSetup
 
 
 class Backend(Protocol):
-    """``run_round`` plays round t; ``weights`` returns ``w_t`` for evaluation on the driver."""
+    """``run_round`` plays round t; ``weights`` returns ``w_t`` for evaluation on the driver.
+
+    Optional members ``run_fl`` uses where a backend has them (the Ray backend does):
+    ``prepare()`` starts workers before the data is loaded; ``shared_train()`` returns the
+    training split as the workers hold it, so the driver can drop its own copy; and
+    ``overlaps_validation = True`` lets the driver validate w_t while round t+1 runs."""
 
     name: str
 

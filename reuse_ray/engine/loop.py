@@ -371,8 +371,10 @@ def run_fl(
                         val = evaluator.submit(evaluate, model, layout, w_t, data.val, info,
                                                cfg.train.eval_batch_size)  # fmt: skip
                     else:
+                        e0 = time.perf_counter()
                         val = evaluate(model, layout, w_t, data.val, info,
                                        cfg.train.eval_batch_size)  # fmt: skip
+                        wall += time.perf_counter() - e0  # validated in line: part of the round
                 played = _Played(t, report, wall, val, ckpt)
                 if isinstance(val, Future):
                     pending = played

@@ -336,11 +336,8 @@ def test_validation_overlapping_the_next_round_changes_no_number(tmp_path, monke
     assert sorted(blobs) == [3, 6]
 
 
-class _OverlapCrash(_OverlappingBackend):
-    def run_round(self, t, selected):
-        if t == 3:
-            raise ClientError(selected[0], 3, "local training", ValueError("corrupt data"))
-        return super().run_round(t, selected)
+class _OverlapCrash(_CrashingBackend, _OverlappingBackend):
+    """Crashes in round 3 while round 2's validation runs beside it."""
 
 
 def test_a_crash_while_a_validation_is_pending_keeps_that_rounds_rows(tmp_path):
