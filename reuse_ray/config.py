@@ -374,9 +374,16 @@ class EngineConfig:
     # rounds between snapshots of the server actor's state (0: none). When the server actor
     # dies, a new one starts from the last snapshot and replays the rounds since (bit-identical)
     server_snapshot_every: int = 1
+    # train the clients of a round together (torch.func.vmap over stacked parameters), in
+    # groups of at most vectorize_group clients taken in client-id order. Equal to the
+    # per-client loop within float tolerance, not bit for bit, so a vectorized run has its own
+    # run id; both engines form the same groups and give identical results
+    vectorize: bool = False
+    vectorize_group: int = 16
 
     def __post_init__(self) -> None:
         _check_choice("backend", self.backend, BACKENDS)
+        _check_range("vectorize_group", self.vectorize_group, 1)
         _check_range("num_workers", self.num_workers, 0)
         _check_range("cpu_per_worker", self.cpu_per_worker, 0.0, lo_open=True)
         _check_range("gpu_fraction", self.gpu_fraction, 0.0, 1.0, lo_open=True)
@@ -410,11 +417,15 @@ class RunConfig:
     def run_id(self) -> str:
         """Stable id of (config, seed): results location and engine do not enter it."""
         payload = {k: v for k, v in flatten(self).items() if not _is_non_identity(k)}
+        if self.engine.vectorize:
+            payload["engine.vectorize_group"] = self.engine.vectorize_group
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
         return f"{self.method.name}-{digest[:12]}"
 
 
 def _is_non_identity(key: str) -> bool:
+    """Keys that do not change a run's numbers. ``engine.vectorize`` does (float tolerance):
+    :meth:`RunConfig.run_id` keeps it, and its group size, when it is on."""
     return key == "results_dir" or key.startswith("engine.") or key == "data.root"
 
 

@@ -26,6 +26,7 @@ from ..algorithms.api import ClientTask, RoundPlan
 from ..config import RunConfig
 from ..engine.records import ClientOutcome, RoundReport, RunSetup
 from ..engine.round import play_round
+from ..engine.worker import vector_groups
 from ..errors import UserError
 from .actors import ClientWorkerActor, ServerActor, _as_tensor
 from .resources import pool_size_from_resources
@@ -233,7 +234,9 @@ class RayBackend:
             self._play(t, selected)
 
     def _play(self, t: int, selected: list[int]) -> RoundReport:
-        pool = RayPool(self.workers, self.sizes, self._setup_ref)
+        e = self.cfg.engine
+        pool = RayPool(self.workers, self.sizes, self._setup_ref,
+                       e.vectorize_group if e.vectorize else 0)  # fmt: skip
         return play_round(RemoteServer(self.server), pool, t, selected)
 
     def _survive(self, call):
@@ -306,23 +309,37 @@ Result = tuple[ray.ObjectRef, ray.ObjectRef, ray.ObjectRef]
 class RayPool:
     """Client tasks over a pool of worker actors, largest clients first (LPT)."""
 
-    def __init__(self, workers: list, sizes: dict[int, int], setup_ref: ray.ObjectRef):
+    def __init__(self, workers: list, sizes: dict[int, int], setup_ref: ray.ObjectRef,
+                 vectorize_group: int = 0):  # fmt: skip
+        """``vectorize_group`` > 0: tasks go to workers in the vectorized groups of
+        :func:`~reuse_ray.engine.worker.vector_groups` (one call trains a group)."""
         self.workers, self.sizes, self.setup_box = workers, sizes, [setup_ref]
+        self.vectorize_group = vectorize_group
 
     def run(self, tasks: list[ClientTask], w_ref: ray.ObjectRef) -> list[Result]:
         """Run every task on idle workers; the refs come back in client order."""
         refs: dict[int, list[ray.ObjectRef]] = {}
         pending: dict[ray.ObjectRef, int] = {}
-        # largest clients first (LPT scheduling) keeps the pool busy until the round's end;
-        # results do not depend on which worker runs what, or in which order
-        queue = sorted(tasks, key=lambda x: (-self.sizes.get(x.client, 0), x.client))
+        # largest clients (or groups) first (LPT scheduling) keeps the pool busy until the
+        # round's end; results do not depend on which worker runs what, or in which order
+        if self.vectorize_group:
+            units = vector_groups(tasks, self.vectorize_group)
+        else:
+            units = [[t] for t in tasks]
+        queue = sorted(units, key=lambda g: (-sum(self.sizes.get(x.client, 0) for x in g),
+                                             g[0].client))  # fmt: skip
         idle = list(range(len(self.workers)))
         while queue or pending:
             while queue and idle:
-                task, wid = queue.pop(0), idle.pop(0)
-                run = self.workers[wid].run.options(num_returns=3)
-                out = run.remote(task, w_ref, self.setup_box)
-                refs[task.client] = out
+                group, wid = queue.pop(0), idle.pop(0)
+                if self.vectorize_group:
+                    run = self.workers[wid].run_group.options(num_returns=3 * len(group))
+                    out = run.remote(group, w_ref, self.setup_box)
+                else:
+                    run = self.workers[wid].run.options(num_returns=3)
+                    out = run.remote(group[0], w_ref, self.setup_box)
+                for k, task in enumerate(group):
+                    refs[task.client] = out[3 * k : 3 * k + 3]
                 pending[out[0]] = wid
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:

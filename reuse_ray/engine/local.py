@@ -10,7 +10,7 @@ from ..algorithms.api import ClientTask
 from .records import ClientOutcome, RoundReport, RunSetup
 from .round import play_round
 from .server import ServerCore
-from .worker import ClientWorker
+from .worker import ClientWorker, vector_groups
 
 
 class LocalServer(ServerCore):
@@ -23,10 +23,15 @@ class LocalServer(ServerCore):
 class LocalPool:
     """Runs every task on the one worker, in client order."""
 
-    def __init__(self, worker: ClientWorker):
-        self.worker = worker
+    def __init__(self, worker: ClientWorker, vectorize_group: int = 0):
+        """``vectorize_group`` > 0: the tasks are trained in the vectorized groups of
+        :func:`~reuse_ray.engine.worker.vector_groups`."""
+        self.worker, self.vectorize_group = worker, vectorize_group
 
     def run(self, tasks: Sequence[ClientTask], w: torch.Tensor) -> list[ClientOutcome]:
+        if self.vectorize_group:
+            groups = vector_groups(tasks, self.vectorize_group)
+            return [out for g in groups for out in self.worker.run_group(g, w)]
         return [self.worker.run(task, w) for task in sorted(tasks, key=lambda x: x.client)]
 
 
@@ -42,7 +47,9 @@ class LocalBackend:
 
     def start(self, setup: RunSetup) -> None:
         self.server = LocalServer(setup)
-        self.pool = LocalPool(ClientWorker(setup, self.device))
+        e = setup.cfg.engine
+        self.pool = LocalPool(ClientWorker(setup, self.device),
+                              e.vectorize_group if e.vectorize else 0)  # fmt: skip
 
     def _check(self) -> tuple[LocalServer, LocalPool]:
         if self.server is None or self.pool is None:

@@ -40,6 +40,7 @@ from ..results.tracking import MlflowRun
 from ..results.writer import COMPLETE
 from ..state import StateLayout
 from ..training import configure_determinism, evaluate
+from ..vectorized import check_vectorizable
 from .backend import Backend
 from .local import LocalBackend
 from .recorder import Recorder, RunCheckpoint
@@ -150,6 +151,13 @@ def make_setup(
     model_name = resolve_model_name(cfg.model.name, cfg.data.name)
     model = init_model(model_name, info.shape, info.num_classes, cfg.seed, cfg.model.hidden)
     layout = StateLayout.from_model(model)
+    if cfg.engine.vectorize:
+        try:
+            check_vectorizable(model)
+        except ValueError as err:
+            raise UserError(f"engine.vectorize: model {model_name!r} cannot be vectorized: "
+                            f"{err} — allowed: models without BatchNorm (cnn, cnn_valid), or "
+                            "engine.vectorize: false") from None  # fmt: skip
     if cfg.fl.participation == "adversarial":  # the law reads each client's labels
         labels = [data.train.y[p] for p in parts]
         probs = participation_probs(cfg, labels, info.num_classes)

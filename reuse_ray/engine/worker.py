@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import copy
+import threading
 import time
+from collections.abc import Sequence
 
 import torch
 from torch import nn
@@ -14,7 +16,16 @@ from ..models import init_model
 from ..rng import Purpose
 from ..state import int_buffers
 from ..training import LocalResult, configure_determinism, head_proxy, local_update
+from ..vectorized import TrainRequest, local_update_many
 from .records import ClientError, ClientOutcome, RunSetup
+
+
+def vector_groups(tasks: Sequence[ClientTask], size: int) -> list[list[ClientTask]]:
+    """The groups a vectorized round trains together: the tasks in client-id order, in chunks
+    of ``size``. Fixed by the tasks alone, so every engine and pool size forms the same
+    groups (and gets the same bits)."""
+    ordered = sorted(tasks, key=lambda x: x.client)
+    return [ordered[k : k + size] for k in range(0, len(ordered), size)]
 
 
 class ClientWorker:
@@ -31,6 +42,7 @@ class ClientWorker:
         self.layout = setup.layout
         self.int_buffers = int_buffers(self.model)
         self._stage = "client work"
+        self._model_lock = threading.Lock()  # the one model, in a vectorized group's threads
 
     # ----------------------------------------------------------------- ClientContext
 
@@ -89,13 +101,134 @@ class ClientWorker:
     # ----------------------------------------------------------------- running a task
 
     def run(self, task: ClientTask, w: torch.Tensor) -> ClientOutcome:
+        return self._run(self, task, w)
+
+    def _run(self, ctx, task: ClientTask, w: torch.Tensor) -> ClientOutcome:
         start = time.perf_counter()
-        self._stage = "client work"
+        ctx._stage = "client work"
         try:
-            res = self.setup.method.client_work(self, task, w)
+            res = self.setup.method.client_work(ctx, task, w)
         except Exception as err:
-            raise ClientError(task.client, task.round, self._stage, err) from err
+            raise ClientError(task.client, task.round, ctx._stage, err) from err
         return ClientOutcome(
             task.client, task.round, self.num_samples(task.client), tuple(res.messages),
             res.mean_loss, res.steps, res.finite, time.perf_counter() - start, res.local,
         )  # fmt: skip
+
+    def run_group(self, tasks: Sequence[ClientTask], w: torch.Tensor) -> list[ClientOutcome]:
+        """The tasks' client work with their local training vectorized (``engine.vectorize``).
+
+        Each task's client work runs once, unchanged, in its own thread; its ``ctx.train``
+        calls wait until every task of the group is waiting in one or has finished, and the
+        waiting calls are then trained together (:func:`~reuse_ray.vectorized.local_update_many`).
+        Outcomes come back in task order; the first failing task (in that order) raises."""
+        if len(tasks) == 1:
+            return [self.run(tasks[0], w)]
+        batcher = _Batcher(self, len(tasks))
+        outcomes: list[ClientOutcome | BaseException | None] = [None] * len(tasks)
+
+        def work(k: int, task: ClientTask) -> None:
+            try:
+                outcomes[k] = self._run(_GroupContext(self, batcher, k), task, w)
+            except BaseException as err:  # noqa: BLE001 - handed to the caller below
+                outcomes[k] = err
+            finally:
+                batcher.done()
+
+        threads = [threading.Thread(target=work, args=(k, t), daemon=True)
+                   for k, t in enumerate(tasks)]  # fmt: skip
+        for th in threads:
+            th.start()
+        batcher.serve()
+        for th in threads:
+            th.join()
+        for out in outcomes:
+            if isinstance(out, BaseException):
+                raise out
+        return outcomes  # type: ignore[return-value]
+
+    def train_many(self, requests: list[TrainRequest]) -> list[LocalResult]:
+        """Local training of several clients at once (vectorized)."""
+        s, tc = self.setup, self.setup.cfg.train
+        with self._model_lock:
+            return local_update_many(
+                self.model, self.layout, requests, s.train, s.info, seed=s.cfg.seed,
+                epochs=tc.epochs, batch_size=tc.batch_size, momentum=tc.momentum,
+                weight_decay=tc.weight_decay, augment=s.augment, device=self.device,
+            )  # fmt: skip
+
+
+class _Batcher:
+    """Collects a group's ``ctx.train`` calls until no task can go on without its result."""
+
+    def __init__(self, worker: ClientWorker, n: int):
+        self.worker = worker
+        self.cv = threading.Condition()
+        self.running = n  # tasks neither waiting in train nor finished
+        self.waiting: dict[int, TrainRequest] = {}
+        self.results: dict[int, LocalResult | BaseException] = {}
+
+    def train(self, k: int, request: TrainRequest) -> LocalResult:
+        with self.cv:
+            self.waiting[k] = request
+            self.running -= 1
+            self.cv.notify_all()
+            self.cv.wait_for(lambda: k in self.results)
+            out = self.results.pop(k)
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def done(self) -> None:
+        with self.cv:
+            self.running -= 1
+            self.cv.notify_all()
+
+    def serve(self) -> None:
+        """Train every batch of waiting calls until all tasks have finished."""
+        while True:
+            with self.cv:
+                self.cv.wait_for(lambda: self.running == 0)
+                if not self.waiting:
+                    return
+                batch, self.waiting = self.waiting, {}
+            keys = sorted(batch)
+            try:
+                results: list = self.worker.train_many([batch[k] for k in keys])
+            except Exception as err:  # noqa: BLE001 - each waiting task raises it
+                results = [err] * len(keys)
+            with self.cv:
+                self.results.update(zip(keys, results, strict=True))
+                self.running += len(keys)
+                self.cv.notify_all()
+
+
+class _GroupContext:
+    """The ClientContext one task of a vectorized group works through."""
+
+    def __init__(self, worker: ClientWorker, batcher: _Batcher, k: int):
+        self.worker, self.batcher, self.k = worker, batcher, k
+        self._stage = "client work"
+
+    def num_samples(self, client: int) -> int:
+        return self.worker.num_samples(client)
+
+    def train(
+        self, task: ClientTask, w: torch.Tensor, *, mu: float = 0.0,
+        correction: dict[str, torch.Tensor] | None = None, lr: float | None = None,
+    ) -> LocalResult:  # fmt: skip
+        s = self.worker.setup
+        self._stage = "local training"
+        res = self.batcher.train(self.k, TrainRequest(
+            task.client, task.round, w, s.partitions[task.client],
+            s.cfg.train.lr if lr is None else lr, mu, correction,
+        ))  # fmt: skip
+        self._stage = "encoding"
+        return res
+
+    def head_proxy(self, task: ClientTask, w: torch.Tensor, purpose: Purpose, **kw) -> torch.Tensor:
+        self._stage = "gate proxy" if purpose == Purpose.PROXY_GATE else "refresh proxy"
+        with self.worker._model_lock:
+            out = self.worker.head_proxy(task, w, purpose, **kw)
+        self._stage = "encoding"
+        return out

@@ -101,6 +101,20 @@ def test_ray_engine_is_bit_identical_to_local(tmp_path, local_reference, method,
         assert (theirs["client_events"]["decision"] == "lazy").any()
 
 
+@pytest.mark.parametrize("method", ["fedavg_topk", "scaffold", "dg_fedreuse"])
+def test_vectorized_groups_on_ray_are_bit_identical_to_local(tmp_path, method):
+    """engine.vectorize: groups of 3 spread over 2 workers give the local engine's bits."""
+    cfgs = {}
+    for backend in ("local", "ray"):
+        cfg = small_config(tmp_path / backend, **METHODS[method])
+        cfgs[backend] = dataclasses.replace(cfg, engine=EngineConfig(
+            backend=backend, num_workers=2, vectorize=True, vectorize_group=3))  # fmt: skip
+        assert run_fl(cfgs[backend]).status == "finished"
+    local, theirs = (_frames(cfgs[b].results_dir) for b in ("local", "ray"))
+    for table in local:
+        pd.testing.assert_frame_equal(local[table], theirs[table], check_exact=True)
+
+
 def _started_backend(cfg) -> RayBackend:
     """A started Ray backend on the digits CNN, for driving rounds by hand."""
     from reuse_ray.engine import make_setup, prepare_data

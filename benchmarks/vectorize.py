@@ -1,0 +1,137 @@
+"""Vectorized clients (``engine.vectorize``) against the per-client loop and the plain loop.
+
+The clients of rounds 1..R of workload W (``workload_w.py``: 10 a round, 3 local epochs,
+batch 128, SGD 0.05 / 0.9 / 1e-4, the unpadded ``cnn_valid``) are trained from one global
+state, round by round, by
+
+  plain-2t   the plain PyTorch loop of W (2 threads; on CUDA: the device), client by client
+  loop       reuse_ray's per-client ClientUpdate (``training.local_update``), client by client
+  vector     reuse_ray's vectorized ClientUpdate (``vectorized.local_update_many``), the round's
+             clients in groups of ``--group`` (one vmap over stacked parameters per step)
+
+all in this one process, interleaved round by round, on ``--device`` (cpu: ``--threads``
+threads for loop and vector; cuda: AMP off, fp32 everywhere). It prints the training seconds
+per round of each arm (median over rounds), the ratios, and the largest elementwise and
+relative (L2) difference between the loop's and the vectorized Δ; on CUDA also the GPU
+utilisation while the vectorized arm runs (``torch.cuda.utilization``, sampled every 0.1 s).
+
+    python benchmarks/vectorize.py [--device cpu|cuda] [--rounds 3] [--threads 2]
+        [--group 10] [--per-round 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--group", type=int, default=10)
+    ap.add_argument("--per-round", type=int, default=10, help="clients a round (W: 10)")
+    ap.add_argument("--samples", type=int, default=20000)
+    args = ap.parse_args()
+    import workload_w as W
+
+    from reuse_ray.participation import uniform_selection
+    from reuse_ray.state import StateLayout
+    from reuse_ray.training import configure_determinism, local_update
+    from reuse_ray.vectorized import TrainRequest, local_update_many
+
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: CUDA is not visible to torch on this machine")
+    configure_determinism(args.threads)
+    dev = torch.device(args.device)
+    w = W.load("cnn_valid", args.samples)
+    info, train = w.data.info, w.data.train
+    model = w.model()
+    layout = StateLayout.from_model(model)
+    w0 = layout.flatten(model)
+    kw = dict(seed=W.SEED, epochs=W.EPOCHS, batch_size=W.BATCH, momentum=W.MOMENTUM,
+              weight_decay=W.WEIGHT_DECAY)  # fmt: skip
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    times: dict[str, list[float]] = {"plain-2t": [], "loop": [], "vector": []}
+    diffs, rels, util = [], [], []
+    for t in range(1, args.rounds + 1):
+        clients = uniform_selection(W.SEED, t, W.CLIENTS, args.per_round)
+        # plain loop (W's own training code; it moves the model to the device per client)
+        torch.set_num_threads(2)
+        start = time.perf_counter()
+        for c in clients:
+            layout.load(model, w0)
+            if dev.type == "cuda":  # W's loop is CPU code; on CUDA it is not an arm
+                break
+            W.train_client(model, w, c, t)
+        times["plain-2t"].append(time.perf_counter() - start)
+        torch.set_num_threads(args.threads)
+        sync()
+        start = time.perf_counter()
+        loop = [local_update(model, layout, w0, {}, train, w.parts[c], info, round_=t, client=c,
+                             lr=W.LR, amp=False, device=dev, **kw) for c in clients]  # fmt: skip
+        sync()
+        times["loop"].append(time.perf_counter() - start)
+        ordered = sorted(clients)
+        requests = [TrainRequest(c, t, w0, w.parts[c], W.LR) for c in ordered]
+        sampling = threading.Event()
+        if dev.type == "cuda":
+            sampling.set()
+            threading.Thread(target=_sample, args=(util, sampling), daemon=True).start()
+        start = time.perf_counter()
+        vec = []
+        for k in range(0, len(requests), args.group):
+            vec += local_update_many(model, layout, requests[k : k + args.group], train, info,
+                                     device=dev, **kw)  # fmt: skip
+        sync()
+        times["vector"].append(time.perf_counter() - start)
+        sampling.clear()
+        by_client = dict(zip(ordered, vec, strict=True))
+        pairs = [(r.delta, by_client[c].delta) for c, r in zip(clients, loop, strict=True)]
+        diffs.append(max(float((a - b).abs().max()) for a, b in pairs))
+        rels.append(max(float((a - b).norm() / a.norm()) for a, b in pairs))
+        print(f"round {t}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items()
+                                         if v[-1] > 0.01)
+              + f", max |dDelta| {diffs[-1]:.2e}, max rel L2 {rels[-1]:.2e}",
+              flush=True)  # fmt: skip
+    med = {k: statistics.median(v) for k, v in times.items()}
+    print(
+        f"\ndevice {args.device}, threads {args.threads}, {args.per_round} clients a round, "
+        f"groups of {args.group}, {args.rounds} rounds (median s/round of training):"
+    )
+    for k, v in med.items():
+        if v > 0.01:
+            print(f"  {k:9s} {v:7.2f} s")
+    print(f"  vector / loop     {med['vector'] / med['loop']:.3f}  "
+          f"(speed-up {med['loop'] / med['vector']:.2f}x)")  # fmt: skip
+    if med["plain-2t"] > 0.01:
+        print(f"  vector / plain-2t {med['vector'] / med['plain-2t']:.3f}")
+        print(f"  loop / plain-2t   {med['loop'] / med['plain-2t']:.3f}")
+    print(
+        f"  max |Delta_loop - Delta_vector| over all clients: {max(diffs):.2e}, "
+        f"max ||Delta_loop - Delta_vector|| / ||Delta_loop||: {max(rels):.2e}"
+    )
+    if util:
+        print(f"  GPU utilisation while vectorized: median {statistics.median(util):.0f} %")
+
+
+def _sample(out: list, running: threading.Event) -> None:
+    while running.is_set():
+        try:
+            out.append(float(torch.cuda.utilization()))
+        except Exception:  # noqa: BLE001 - no NVML: no figure
+            return
+        time.sleep(0.1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,205 @@
+"""Vectorized local training (``engine.vectorize``): the ClientUpdate of §1.3 for a group of
+clients at once.
+
+The clients' parameters are stacked along a new leading dimension and one step of every
+client is one call of ``torch.func.vmap(grad_and_value(loss))`` over the stack, followed by the
+heavy-ball SGD update on the stacked tensors. What each client sees is what
+:func:`reuse_ray.training.local_update` gives it:
+
+* the same mini-batches: every client's shuffles and augmentations are drawn from its own
+  keyed streams (``train_shuffle``, ``augment`` of (seed, round, client)) in the same order, so
+  the sample sets of every step are identical;
+* the same update: a client's batch is padded to the widest batch of the step and the padded
+  samples carry weight 0, so its loss is the mean over its real samples; the FedProx
+  gradient μ(w − w_t), the SCAFFOLD correction, weight decay and momentum follow the
+  per-client loop's order;
+* clients with fewer steps stop: each step computes only the rows of the clients with steps
+  left, so a client that has taken all its steps keeps its parameters.
+
+The results equal the per-client loop within float tolerance, not bit for bit: the batched
+kernels sum in another order. The tolerance measured by the tests is documented in
+``docs/methods.md`` ("Vectorized clients"). Models with BatchNorm are refused (running
+statistics cannot be updated per client under ``vmap``); training runs in fp32 (``train.amp``
+does not apply).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch import nn
+
+from .data.registry import ArraySplit, DatasetInfo
+from .data.transforms import crop_flip, to_tensor
+from .rng import Purpose, torch_generator
+from .state import StateLayout
+from .training import LocalResult, batch_starts, has_batchnorm
+
+
+@dataclass(frozen=True)
+class TrainRequest:
+    """One client's ``ctx.train(task, w, mu=, correction=, lr=)`` call."""
+
+    client: int
+    round: int
+    w: torch.Tensor
+    indices: np.ndarray
+    lr: float
+    mu: float = 0.0
+    correction: dict[str, torch.Tensor] | None = None
+
+
+def check_vectorizable(model: nn.Module) -> None:
+    """Raise ValueError when the model cannot be trained under ``vmap``."""
+    if has_batchnorm(model):
+        raise ValueError("the model has BatchNorm layers, whose running statistics cannot be "
+                         "kept per client under vmap")  # fmt: skip
+
+
+class _Stream:
+    """One client's batches in the per-client loop's order (same generators, same draws)."""
+
+    def __init__(self, req: TrainRequest, seed: int, epochs: int, batch_size: int):
+        self.req = req
+        self.shuffle = torch_generator(seed, Purpose.TRAIN_SHUFFLE, req.round, req.client)
+        self.aug = torch_generator(seed, Purpose.AUGMENT, req.round, req.client)
+        self.n = len(req.indices)
+        self.starts = batch_starts(self.n, batch_size, merge_singleton=False)
+        self.steps = epochs * len(self.starts) if self.n else 0
+        self.perm: np.ndarray | None = None
+
+    def batch(self, step: int) -> np.ndarray:
+        j = step % len(self.starts)
+        if j == 0:
+            self.perm = torch.randperm(self.n, generator=self.shuffle).numpy()
+        start, stop = self.starts[j]
+        return self.req.indices[self.perm[start:stop]]
+
+
+def local_update_many(
+    model: nn.Module,
+    layout: StateLayout,
+    requests: list[TrainRequest],
+    data: ArraySplit,
+    info: DatasetInfo,
+    *,
+    seed: int,
+    epochs: int,
+    batch_size: int,
+    momentum: float,
+    weight_decay: float,
+    augment: str = "none",
+    device: torch.device | str = "cpu",
+) -> list[LocalResult]:
+    """ClientUpdate (§1.3) of every request at once; results in request order."""
+    from torch.func import functional_call, grad_and_value, vmap
+
+    check_vectorizable(model)
+    device = torch.device(device)
+    model = model.to(device)
+    model.train()
+    C = len(requests)
+    names = [s.name for s in layout.tensors]
+    named = dict(model.named_parameters())
+    if set(names) != set(named):
+        raise ValueError("vectorized training needs a model whose float state is its "
+                         "parameters")  # fmt: skip
+    W = torch.stack([r.w.to(torch.float32) for r in requests]).to(device)
+    P = {s.name: W[:, s.offset : s.offset + s.numel].reshape(C, *s.shape).clone()
+         for s in layout.tensors}  # fmt: skip
+    M = {n: torch.zeros_like(p) for n, p in P.items()}
+    mus = [r.mu for r in requests]
+    anchors = {n: p.clone() for n, p in P.items()} if any(m > 0 for m in mus) else None
+    corrections = None
+    if any(r.correction is not None for r in requests):
+        corrections = {
+            n: torch.stack([
+                r.correction[n].to(device, torch.float32) if r.correction and n in r.correction
+                else torch.zeros(P[n].shape[1:], device=device) for r in requests
+            ]) for n in names
+        }  # fmt: skip
+    streams = [_Stream(r, seed, epochs, batch_size) for r in requests]
+
+    lr = torch.tensor([r.lr for r in requests], device=device)
+    mu = torch.tensor(mus, device=device)
+
+    def loss_fn(params, x, y, weight, count):
+        out = functional_call(model, params, (x,))
+        # cross-entropy as log_softmax and a gather (nll_loss under vmap is ~50x slower on CPU)
+        per_sample = -out.log_softmax(-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        return (per_sample * weight).sum() / count
+
+    step_fn = vmap(grad_and_value(loss_fn))
+    total = [0.0] * C
+    finite = [True] * C
+    max_steps = max((s.steps for s in streams), default=0)
+    for step in range(max_steps):
+        # only the clients with steps left are computed (their rows of the stack)
+        rows = [c for c, s in enumerate(streams) if step < s.steps]
+        A = len(rows)
+        sel = None if A == C else torch.tensor(rows, device=device)
+
+        def take(t: torch.Tensor, sel=sel) -> torch.Tensor:
+            return t if sel is None else t.index_select(0, sel)
+
+        def bcast(v: torch.Tensor, like: torch.Tensor, A=A) -> torch.Tensor:
+            return v.view(A, *([1] * (like.dim() - 1)))
+
+        batches = [streams[c].batch(step) for c in rows]
+        width = max(len(b) for b in batches)  # the step's widest batch
+        x = torch.zeros((A, width, *info.shape), device=device)
+        y = torch.zeros((A, width), dtype=torch.long, device=device)
+        weight = torch.zeros((A, width), device=device)
+        for a, (c, idx) in enumerate(zip(rows, batches, strict=True)):
+            xb = to_tensor(data.x[idx], info)
+            if augment == "crop_flip":
+                xb = crop_flip(xb, streams[c].aug)
+            k = len(idx)
+            x[a, :k] = xb.to(device)
+            y[a, :k] = torch.from_numpy(data.y[idx]).to(device)
+            weight[a, :k] = 1.0
+        counts = torch.tensor([float(len(b)) for b in batches], device=device)
+        params = {n: take(P[n]) for n in names}
+        grads, losses = step_fn(params, x, y, weight, counts)
+        with torch.no_grad():
+            lv = losses.double()
+            if anchors is not None:  # the FedProx term: its value joins the reported loss
+                sq = sum((params[n] - take(anchors[n])).square().flatten(1).sum(1)
+                         for n in names)  # fmt: skip
+                lv = lv + (take(mu).double() / 2) * sq.double()
+            for n in names:
+                p, g = params[n], grads[n]
+                if anchors is not None:
+                    g = g + bcast(take(mu), g) * (p - take(anchors[n]))
+                if corrections is not None:
+                    g = g + take(corrections[n])
+                if weight_decay != 0:
+                    g = g.add(p, alpha=weight_decay)
+                if momentum != 0:
+                    # a client's first step is the round's first (every client trains then)
+                    g = take(M[n]).mul_(momentum).add_(g) if step > 0 else g.clone()
+                    if sel is None:
+                        M[n] = g
+                    else:
+                        M[n].index_copy_(0, sel, g)
+                new = p - bcast(take(lr), g) * g
+                if sel is None:
+                    P[n] = new
+                else:
+                    P[n].index_copy_(0, sel, new)
+        for c, v in zip(rows, lv.tolist(), strict=True):
+            total[c] += v
+            if not math.isfinite(v):
+                finite[c] = False
+    out = []
+    with torch.no_grad():
+        flat = torch.cat([P[s.name].reshape(C, -1) for s in layout.tensors], dim=1).cpu()
+    for c, r in enumerate(requests):
+        delta = flat[c] - r.w.to(torch.float32)
+        ok = finite[c] and bool(torch.isfinite(delta).all())
+        steps = streams[c].steps
+        out.append(LocalResult(delta, total[c] / max(steps, 1), steps, ok))
+    return out

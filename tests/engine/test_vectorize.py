@@ -1,0 +1,138 @@
+"""``engine.vectorize``: a group's local training in one vmap equals the per-client loop within
+the documented float tolerance, on every path a method's client work can take."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import small_config
+
+from reuse_ray.config import DataConfig, EngineConfig
+from reuse_ray.data import load_dataset
+from reuse_ray.engine import ClientError, run_fl
+from reuse_ray.engine.worker import ClientWorker, vector_groups
+from reuse_ray.errors import UserError
+from reuse_ray.models import init_model
+from reuse_ray.results import read_table
+from reuse_ray.state import StateLayout
+from reuse_ray.training import local_update
+from reuse_ray.vectorized import TrainRequest, local_update_many
+
+# the documented tolerance (docs/methods.md, "Vectorized clients"): per element of Δ, after a
+# few epochs of a shallow CNN; the batched kernels sum in another order
+ATOL = 1e-5
+
+
+def _vec(cfg, **engine):
+    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, vectorize=True,
+                                                               **engine))  # fmt: skip
+
+
+@pytest.mark.parametrize("augment", ["none", "crop_flip"])
+def test_vectorized_local_update_matches_the_per_client_loop(augment):
+    data = load_dataset(DataConfig(name="digits"))
+    model = init_model("cnn", data.info.shape, data.info.num_classes, seed=3, hidden=32)
+    layout = StateLayout.from_model(model)
+    w0 = layout.flatten(model)
+    g = torch.Generator().manual_seed(0)
+    # uneven clients: 1, 17 (a ragged last batch), 40 and 75 samples; per-client w, μ, lr and
+    # a SCAFFOLD-style correction on one client
+    sizes = [1, 17, 40, 75]
+    rng = np.random.default_rng(0)
+    idx = [np.sort(rng.choice(len(data.train), n, replace=False)) for n in sizes]
+    ws = [w0 + 0.01 * k * torch.randn(layout.dim, generator=g) for k in range(4)]
+    mus = [0.0, 0.1, 0.0, 0.5]
+    lrs = [0.05, 0.05, 0.02, 0.1]
+    corr = {n: 0.01 * torch.randn(p.shape, generator=g) for n, p in model.named_parameters()}
+    corrections = [None, None, corr, None]
+    kw = dict(seed=11, epochs=2, batch_size=16, momentum=0.9, weight_decay=1e-3,
+              augment=augment)  # fmt: skip
+    requests = [TrainRequest(c, 4, ws[c], idx[c], lrs[c], mus[c], corrections[c])
+                for c in range(4)]  # fmt: skip
+    vec = local_update_many(model, layout, requests, data.train, data.info, **kw)
+    for c in range(4):
+        ref = local_update(model, layout, ws[c], {}, data.train, idx[c], data.info,
+                           round_=4, client=c, lr=lrs[c], mu=mus[c],
+                           correction=corrections[c], amp=False, **kw)  # fmt: skip
+        assert vec[c].steps == ref.steps == 2 * -(-sizes[c] // 16)
+        assert vec[c].finite and ref.finite
+        assert float(ref.delta.abs().max()) > 1e-3  # it trained
+        assert torch.allclose(vec[c].delta, ref.delta, rtol=0, atol=ATOL), c
+        assert vec[c].mean_loss == pytest.approx(ref.mean_loss, rel=1e-5)
+
+
+def test_vector_groups_are_fixed_by_the_tasks_alone():
+    from reuse_ray.algorithms.api import ClientTask
+
+    tasks = [ClientTask(c, 1) for c in (9, 2, 5, 7, 1)]
+    groups = vector_groups(tasks[::-1], 2)
+    assert [[t.client for t in g] for g in groups] == [[1, 2], [5, 7], [9]]
+    assert vector_groups(tasks, 2) == groups
+
+
+RUNS = {
+    "fedavg_dense": {"method__topk_ratio": 1.0},
+    "fedprox": {"method__name": "fedprox", "method__topk_ratio": 1.0},
+    "scaffold": {"method__name": "scaffold"},
+    "mifa": {"method__name": "mifa", "method__topk_ratio": 1.0},
+    "dg_fedreuse": {"fl__rounds": 5, "method__name": "dg_fedreuse", "method__dg__tau0": 0.3,
+                    "method__dg__tau_min": 0.2},
+}  # fmt: skip
+FAST = ("dg_fedreuse",)  # the one that also runs head proxies in the group's threads
+
+
+@pytest.mark.parametrize(
+    "name", [n if n in FAST else pytest.param(n, marks=pytest.mark.slow) for n in RUNS]
+)
+def test_a_vectorized_run_matches_the_per_client_run(tmp_path, name):
+    ref = small_config(tmp_path / "loop", **RUNS[name])
+    vec = _vec(small_config(tmp_path / "vec", **RUNS[name]), vectorize_group=3)
+    assert vec.run_id != ref.run_id  # its numbers differ in the last bits: its own run id
+    assert run_fl(ref).status == run_fl(vec).status == "finished"
+    a = read_table(ref.results_dir, "client_events").sort_values(["round", "client_id"])
+    b = read_table(vec.results_dir, "client_events").sort_values(["round", "client_id"])
+    assert a["decision"].tolist() == b["decision"].tolist()
+    assert a["local_steps"].tolist() == b["local_steps"].tolist()
+    np.testing.assert_allclose(b["train_loss"], a["train_loss"], rtol=1e-4)
+    np.testing.assert_allclose(b["update_norm"], a["update_norm"], rtol=1e-4)
+    ra, rb = (read_table(c.results_dir, "rounds").sort_values("round") for c in (ref, vec))
+    np.testing.assert_allclose(rb["val_loss"].dropna(), ra["val_loss"].dropna(), rtol=1e-4)
+    if name == "dg_fedreuse":
+        assert (b["decision"] == "reused").any()
+
+
+def test_a_vectorized_run_is_deterministic(tmp_path):
+    a = _vec(small_config(tmp_path / "a"), vectorize_group=3)
+    b = _vec(small_config(tmp_path / "b"), vectorize_group=3)
+    run_fl(a), run_fl(b)
+    ea, eb = (read_table(c.results_dir, "client_events").sort_values(["round", "client_id"])
+              for c in (a, b))  # fmt: skip
+    cols = ["train_loss", "update_norm", "up_measured"]
+    pd.testing.assert_frame_equal(
+        ea[cols].reset_index(drop=True), eb[cols].reset_index(drop=True), check_exact=True
+    )
+
+
+def test_a_failing_group_names_its_first_client(tmp_path, monkeypatch):
+    def broken(self, requests):
+        raise RuntimeError("out of memory")
+
+    monkeypatch.setattr(ClientWorker, "train_many", broken)
+    cfg = _vec(small_config(tmp_path))
+    with pytest.raises(ClientError, match="failed in round 1 during local training"):
+        run_fl(cfg)
+
+
+def test_models_with_batchnorm_are_refused_in_one_line(tmp_path):
+    cfg = _vec(small_config(tmp_path, model__name="resnet18"))
+    with pytest.raises(UserError, match="engine.vectorize: model 'resnet18' cannot be"):
+        run_fl(cfg)
+
+
+def test_vectorize_group_must_be_positive():
+    with pytest.raises(UserError, match="vectorize_group"):
+        EngineConfig(vectorize=True, vectorize_group=0)
