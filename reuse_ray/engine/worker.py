@@ -97,6 +97,15 @@ class ClientWorker:
         with torch.random.fork_rng(devices=[]):
             model.train()
             nn.functional.cross_entropy(model(x), y).backward()
+            if s.cfg.engine.vectorize:  # the first vmap call sets torch.func up (~1 s)
+                from torch.func import functional_call, grad, vmap
+
+                params = {k: torch.stack([p.detach()] * 2) for k, p in model.named_parameters()}
+
+                def loss(p, x, y):
+                    return nn.functional.cross_entropy(functional_call(model, p, (x,)), y)
+
+                vmap(grad(loss))(params, torch.stack([x] * 2), torch.stack([y] * 2))
 
     # ----------------------------------------------------------------- running a task
 
@@ -122,8 +131,6 @@ class ClientWorker:
         calls wait until every task of the group is waiting in one or has finished, and the
         waiting calls are then trained together (:func:`~reuse_ray.vectorized.local_update_many`).
         Outcomes come back in task order; the first failing task (in that order) raises."""
-        if len(tasks) == 1:
-            return [self.run(tasks[0], w)]
         batcher = _Batcher(self, len(tasks))
         outcomes: list[ClientOutcome | BaseException | None] = [None] * len(tasks)
 
