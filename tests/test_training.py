@@ -195,7 +195,8 @@ def test_heavy_ball_sgd_matches_torch_sgd_bit_for_bit():
 
 @pytest.mark.slow  # a fresh interpreter importing torch: ~3 s
 def test_local_training_imports_no_compiler_stack():
-    """A client worker trains without importing torch's compiler stack."""
+    """A client worker trains, per client and vectorized, without importing torch's compiler
+    stack."""
     import subprocess
     import sys
 
@@ -214,6 +215,12 @@ res = local_update(model, layout, layout.flatten(model), int_buffers(model), dat
                    info, seed=0, round_=1, client=0, epochs=2, batch_size=8, lr=0.05,
                    momentum=0.9, weight_decay=1e-4)
 assert res.steps == 6 and res.finite
+from reuse_ray.vectorized import TrainRequest, local_update_many
+reqs = [TrainRequest(c, 1, layout.flatten(model), np.arange(10 * c, 10 * c + 10), 0.05)
+        for c in range(2)]
+out = local_update_many(model, layout, reqs, data, info, seed=0, epochs=2, batch_size=8,
+                        momentum=0.9, weight_decay=1e-4)
+assert [r.steps for r in out] == [4, 4] and all(r.finite for r in out)
 print(sorted(k for k in ("torch._dynamo", "triton") if k in sys.modules))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -98,14 +98,14 @@ class ClientWorker:
             model.train()
             nn.functional.cross_entropy(model(x), y).backward()
             if s.cfg.engine.vectorize:  # the first vmap call sets torch.func up (~1 s)
-                from torch.func import functional_call, grad, vmap
+                from torch.func import functional_call, vmap
 
-                params = {k: torch.stack([p.detach()] * 2) for k, p in model.named_parameters()}
-
-                def loss(p, x, y):
-                    return nn.functional.cross_entropy(functional_call(model, p, (x,)), y)
-
-                vmap(grad(loss))(params, torch.stack([x] * 2), torch.stack([y] * 2))
+                params = {k: torch.stack([p.detach()] * 2).requires_grad_(True)
+                          for k, p in model.named_parameters()}  # fmt: skip
+                out = vmap(lambda p, x: functional_call(model, p, (x,)))(
+                    params, torch.stack([x] * 2)
+                )
+                out.sum().backward()
 
     # ----------------------------------------------------------------- running a task
 
