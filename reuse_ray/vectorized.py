@@ -136,8 +136,9 @@ def local_update_many(
     # losses (the clients are independent, so each stack row gets its own gradient, the same
     # bits as torch.func.grad, which would import torch's compiler stack: ~150 MB a process)
     batched_loss = vmap(loss_fn)
-    total = [0.0] * C
-    finite = [True] * C
+    # each client's summed loss stays on the device (no synchronisation per step); a
+    # non-finite loss keeps the sum non-finite, which is how the per-client loop's check reads
+    total = torch.zeros(C, dtype=torch.float64, device=device)
     max_steps = max((s.steps for s in streams), default=0)
     for step in range(max_steps):
         # only the clients with steps left are computed (their rows of the stack)
@@ -153,18 +154,20 @@ def local_update_many(
 
         batches = [streams[c].batch(step) for c in rows]
         width = max(len(b) for b in batches)  # the step's widest batch
-        x = torch.zeros((A, width, *info.shape), device=device)
-        y = torch.zeros((A, width), dtype=torch.long, device=device)
-        weight = torch.zeros((A, width), device=device)
+        # the step's batches are assembled on the host and moved in one copy each
+        x = torch.zeros((A, width, *info.shape))
+        y = torch.zeros((A, width), dtype=torch.long)
+        weight = torch.zeros((A, width))
         for a, (c, idx) in enumerate(zip(rows, batches, strict=True)):
             xb = to_tensor(data.x[idx], info)
             if augment == "crop_flip":
                 xb = crop_flip(xb, streams[c].aug)
             k = len(idx)
-            x[a, :k] = xb.to(device)
-            y[a, :k] = torch.from_numpy(data.y[idx]).to(device)
+            x[a, :k] = xb
+            y[a, :k] = torch.from_numpy(data.y[idx])
             weight[a, :k] = 1.0
-        counts = torch.tensor([float(len(b)) for b in batches], device=device)
+        counts = torch.tensor([float(len(b)) for b in batches])
+        x, y, weight, counts = (t.to(device, non_blocking=True) for t in (x, y, weight, counts))
         params = {n: take(P[n]).detach().requires_grad_(True) for n in names}
         with torch.enable_grad():
             losses = batched_loss(params, x, y, weight, counts)
@@ -197,16 +200,16 @@ def local_update_many(
                     P[n] = new
                 else:
                     P[n].index_copy_(0, sel, new)
-        for c, v in zip(rows, lv.tolist(), strict=True):
-            total[c] += v
-            if not math.isfinite(v):
-                finite[c] = False
+            if sel is None:
+                total += lv
+            else:
+                total.index_add_(0, sel, lv)
     out = []
     with torch.no_grad():
         flat = torch.cat([P[s.name].reshape(C, -1) for s in layout.tensors], dim=1).cpu()
-    for c, r in enumerate(requests):
+    for c, (r, v) in enumerate(zip(requests, total.tolist(), strict=True)):
         delta = flat[c] - r.w.to(torch.float32)
-        ok = finite[c] and bool(torch.isfinite(delta).all())
+        ok = math.isfinite(v) and bool(torch.isfinite(delta).all())
         steps = streams[c].steps
-        out.append(LocalResult(delta, total[c] / max(steps, 1), steps, ok))
+        out.append(LocalResult(delta, v / max(steps, 1), steps, ok))
     return out

@@ -136,3 +136,19 @@ def test_models_with_batchnorm_are_refused_in_one_line(tmp_path):
 def test_vectorize_group_must_be_positive():
     with pytest.raises(UserError, match="vectorize_group"):
         EngineConfig(vectorize=True, vectorize_group=0)
+
+
+def test_a_diverging_client_is_flagged_alone():
+    data = load_dataset(DataConfig(name="digits"))
+    model = init_model("cnn", data.info.shape, data.info.num_classes, seed=3, hidden=32)
+    layout = StateLayout.from_model(model)
+    w0 = layout.flatten(model)
+    requests = [TrainRequest(0, 1, w0, np.arange(40), 0.05),
+                TrainRequest(1, 1, w0, np.arange(40, 80), 1e30)]  # fmt: skip
+    out = local_update_many(model, layout, requests, data.train, data.info, seed=0, epochs=2,
+                            batch_size=16, momentum=0.9, weight_decay=0.0)  # fmt: skip
+    ref = local_update(model, layout, w0, {}, data.train, np.arange(40, 80), data.info, seed=0,
+                       round_=1, client=1, epochs=2, batch_size=16, lr=1e30, momentum=0.9,
+                       weight_decay=0.0, amp=False)  # fmt: skip
+    assert out[0].finite and not out[1].finite and not ref.finite
+    assert torch.isfinite(out[0].delta).all()
