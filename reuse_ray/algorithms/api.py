@@ -143,7 +143,12 @@ class Method(Protocol):
 
     def client_work(
         self, ctx: ClientContext, task: ClientTask, w: torch.Tensor
-    ) -> ClientResult: ...
+    ) -> ClientResult:
+        """One selected client's computation, ending in the bytes it sends. It may run in a
+        thread beside other clients' (``engine.vectorize`` trains their ``ctx.train`` calls
+        together), so it keeps what it needs in locals, ``task`` and the result, never in
+        ``self``."""
+        ...
 
     def decode(self, task: ClientTask, messages: tuple[bytes, ...]) -> tuple[Any, int]: ...
 
