@@ -141,9 +141,7 @@ class Method(Protocol):
         self, state: Any, t: int, selected: list[int], probes: dict[int, Received]
     ) -> RoundPlan: ...
 
-    def client_work(
-        self, ctx: ClientContext, task: ClientTask, w: torch.Tensor
-    ) -> ClientResult:
+    def client_work(self, ctx: ClientContext, task: ClientTask, w: torch.Tensor) -> ClientResult:
         """One selected client's computation, ending in the bytes it sends. It may run in a
         thread beside other clients' (``engine.vectorize`` trains their ``ctx.train`` calls
         together), so it keeps what it needs in locals, ``task`` and the result, never in
