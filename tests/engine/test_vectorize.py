@@ -152,3 +152,39 @@ def test_a_diverging_client_is_flagged_alone():
                        weight_decay=0.0, amp=False)  # fmt: skip
     assert out[0].finite and not out[1].finite and not ref.finite
     assert torch.isfinite(out[0].delta).all()
+
+
+def test_the_batcher_trains_every_round_of_waiting_calls_together():
+    """Tasks that train twice, once, or not at all: each batch holds every call that was
+    waiting when no task could go on, and every task gets its own result back."""
+    import threading
+
+    from reuse_ray.engine.worker import _Batcher
+
+    batches: list[list[int]] = []
+
+    class Stub:
+        def train_many(self, requests):
+            batches.append([r.client for r in requests])
+            return [f"{r.client}@{r.round}" for r in requests]
+
+    plans = {0: 2, 1: 1, 2: 0, 3: 2}  # client -> how many ctx.train calls its work makes
+    batcher = _Batcher(Stub(), len(plans))
+    got: dict[int, list] = {c: [] for c in plans}
+
+    def work(c: int) -> None:
+        try:
+            for k in range(plans[c]):
+                request = TrainRequest(c, k, torch.zeros(1), np.arange(1), 0.1)
+                got[c].append(batcher.train(c, request))
+        finally:
+            batcher.done()
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in plans]
+    for th in threads:
+        th.start()
+    batcher.serve()
+    for th in threads:
+        th.join()
+    assert batches == [[0, 1, 3], [0, 3]]
+    assert got == {0: ["0@0", "0@1"], 1: ["1@0"], 2: [], 3: ["3@0", "3@1"]}
