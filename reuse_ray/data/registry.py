@@ -159,30 +159,35 @@ SYNTHETIC_CHUNK = 1 << 16  # samples drawn at a time: the float64 draws never ex
 def _synthetic(cfg) -> FederatedData:
     """Class templates plus Gaussian noise, x = t_y + σ·ε, in float32.
 
-    The noise is drawn in chunks from the same stream (one draw of n values and consecutive
-    draws adding up to n give the same values) and combined in place, so building n samples
-    takes the float32 array and one chunk of float64 draws, not 4 float64 bytes per value more;
-    the splits are indexed from it once. The values are those of drawing all at once."""
+    The labels come first, so the splits (which read labels only) are known before any image
+    exists; the noise is then drawn in chunks from the same stream (one draw of n values and
+    consecutive draws adding up to n give the same values) and each chunk's images go straight
+    to their rows of the train, validation and test arrays. Building n samples therefore takes
+    the three splits and one chunk of float64 draws — not a whole-dataset array beside its
+    splits. The values are those of drawing all at once and indexing the splits from it."""
     rng = generator(cfg.split_seed, Purpose.SYNTHETIC_DATA)
     shape = tuple(cfg.synthetic_shape)
     k, n = cfg.synthetic_classes, cfg.synthetic_samples
     templates = rng.standard_normal((k, *shape)).astype(np.float32)
     y = rng.integers(0, k, size=n).astype(np.int64)
-    x = np.empty((n, *shape), dtype=np.float32)
-    sigma = np.float32(cfg.synthetic_noise)
-    for start in range(0, n, SYNTHETIC_CHUNK):
-        stop = min(n, start + SYNTHETIC_CHUNK)
-        part = x[start:stop]
-        part[...] = rng.standard_normal((stop - start, *shape))  # float64 draws, cast
-        part *= sigma
-        part += templates[y[start:stop]]  # t_y + σ·ε, as float32 arithmetic
     rest, test = stratified_split(y, 0.2, generator(cfg.split_seed, Purpose.DATA_SPLIT, 1))
     keep, val = stratified_split(y[rest], cfg.val_fraction,
                                  generator(cfg.split_seed, Purpose.DATA_SPLIT, 2))  # fmt: skip
-    train = ArraySplit(x[rest[keep]], y[rest[keep]])
-    held = ArraySplit(x[rest[val]], y[rest[val]])
-    xt, yt = x[test], y[test]
-    del x
+    # each split's source rows, increasing (stratified_split sorts), and its images
+    sources = (rest[keep], rest[val], test)
+    images = [np.empty((len(src), *shape), dtype=np.float32) for src in sources]
+    sigma = np.float32(cfg.synthetic_noise)
+    for start in range(0, n, SYNTHETIC_CHUNK):
+        stop = min(n, start + SYNTHETIC_CHUNK)
+        part = rng.standard_normal((stop - start, *shape)).astype(np.float32)  # float64 draws
+        part *= sigma
+        part += templates[y[start:stop]]  # t_y + σ·ε, as float32 arithmetic
+        for src, out in zip(sources, images, strict=True):
+            lo, hi = np.searchsorted(src, [start, stop])
+            out[lo:hi] = part[src[lo:hi] - start]
+    train = ArraySplit(images[0], y[sources[0]])
+    held = ArraySplit(images[1], y[sources[1]])
+    xt, yt = images[2], y[test]
     info = DatasetInfo("synthetic", k, shape, 1.0, (0.0,) * shape[0], (1.0,) * shape[0], "none")  # type: ignore[arg-type]
     return FederatedData(info, train, held, lambda: ArraySplit(xt, yt))
 
