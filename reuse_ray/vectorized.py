@@ -171,8 +171,8 @@ def local_update_many(
         params = {n: take(P[n]).detach().requires_grad_(True) for n in names}
         with torch.enable_grad():
             losses = batched_loss(params, x, y, weight, counts)
-            grads = dict(zip(names, torch.autograd.grad(losses.sum(), list(params.values())),
-                             strict=True))  # fmt: skip
+            found = torch.autograd.grad(losses.sum(), list(params.values()), allow_unused=True)
+            grads = dict(zip(names, found, strict=True))
         with torch.no_grad():
             params = {n: p.detach() for n, p in params.items()}
             lv = losses.detach().double()
@@ -182,6 +182,8 @@ def local_update_many(
                 lv = lv + (take(mu).double() / 2) * sq.double()
             for n in names:
                 p, g = params[n], grads[n]
+                if g is None:  # a parameter the loss does not use: the loop's optimizer skips it
+                    continue
                 if anchors is not None:
                     g = g + bcast(take(mu), g) * (p - take(anchors[n]))
                 if corrections is not None:

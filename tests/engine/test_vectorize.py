@@ -188,3 +188,30 @@ def test_the_batcher_trains_every_round_of_waiting_calls_together():
         th.join()
     assert batches == [[0, 1, 3], [0, 3]]
     assert got == {0: ["0@0", "0@1"], 1: ["1@0"], 2: [], 3: ["3@0", "3@1"]}
+
+
+def test_a_parameter_the_loss_does_not_use_is_left_alone():
+    from torch import nn
+
+    class WithSpare(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Linear(64, 10)
+            self.spare = nn.Linear(3, 3)  # never called
+
+        def forward(self, x):
+            return self.body(x.flatten(1))
+
+    data = load_dataset(DataConfig(name="digits"))
+    torch.manual_seed(0)
+    model = WithSpare()
+    layout = StateLayout.from_model(model)
+    w0 = layout.flatten(model)
+    kw = dict(seed=0, epochs=1, batch_size=16, momentum=0.9, weight_decay=1e-2)
+    vec = local_update_many(model, layout, [TrainRequest(0, 1, w0, np.arange(40), 0.1)],
+                            data.train, data.info, **kw)  # fmt: skip
+    ref = local_update(model, layout, w0, {}, data.train, np.arange(40), data.info, round_=1,
+                       client=0, lr=0.1, amp=False, **kw)  # fmt: skip
+    spare = layout.index("spare.weight")
+    assert not vec[0].delta[spare.offset : spare.offset + spare.numel].any()
+    assert torch.allclose(vec[0].delta, ref.delta, rtol=0, atol=ATOL)
