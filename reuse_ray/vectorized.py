@@ -36,7 +36,7 @@ from .data.registry import ArraySplit, DatasetInfo
 from .data.transforms import crop_flip, to_tensor
 from .rng import Purpose, torch_generator
 from .state import StateLayout
-from .training import LocalResult, batch_starts, has_batchnorm
+from .training import LocalResult, _move, batch_starts, has_batchnorm
 
 
 @dataclass(frozen=True)
@@ -53,10 +53,15 @@ class TrainRequest:
 
 
 def check_vectorizable(model: nn.Module) -> None:
-    """Raise ValueError when the model cannot be trained under ``vmap``."""
+    """Raise ValueError when the model cannot be trained under ``vmap``: its float state must
+    be its trainable parameters (no running statistics, no frozen tensors)."""
     if has_batchnorm(model):
         raise ValueError("the model has BatchNorm layers, whose running statistics cannot be "
                          "kept per client under vmap")  # fmt: skip
+    trainable = {n for n, p in model.named_parameters() if p.requires_grad}
+    if {n for n, t in model.state_dict().items() if t.is_floating_point()} != trainable:
+        raise ValueError("its float state is not exactly its trainable parameters (float "
+                         "buffers or frozen parameters)")  # fmt: skip
 
 
 class _Stream:
@@ -99,14 +104,10 @@ def local_update_many(
 
     check_vectorizable(model)
     device = torch.device(device)
-    model = model.to(device)
+    _move(model, device)
     model.train()
     C = len(requests)
     names = [s.name for s in layout.tensors]
-    named = dict(model.named_parameters())
-    if set(names) != set(named):
-        raise ValueError("vectorized training needs a model whose float state is its "
-                         "parameters")  # fmt: skip
     W = torch.stack([r.w.to(torch.float32) for r in requests]).to(device)
     P = {s.name: W[:, s.offset : s.offset + s.numel].reshape(C, *s.shape).clone()
          for s in layout.tensors}  # fmt: skip

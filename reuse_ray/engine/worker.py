@@ -20,6 +20,10 @@ from ..vectorized import TrainRequest, local_update_many
 from .records import ClientError, ClientOutcome, RunSetup
 
 
+def _proxy_stage(purpose: Purpose) -> str:
+    return "gate proxy" if purpose == Purpose.PROXY_GATE else "refresh proxy"
+
+
 def vector_groups(tasks: Sequence[ClientTask], size: int) -> list[list[ClientTask]]:
     """The groups a vectorized round trains together: the tasks in client-id order, in chunks
     of ``size``. Fixed by the tasks alone, so every engine and pool size forms the same
@@ -73,7 +77,7 @@ class ClientWorker:
     ) -> torch.Tensor:  # fmt: skip
         """The head-gradient proxy of §2.3.4 on the keyed stream ``purpose``."""
         s = self.setup
-        self._stage = "gate proxy" if purpose == Purpose.PROXY_GATE else "refresh proxy"
+        self._stage = _proxy_stage(purpose)
         head_names = list(s.method.env.head_names)
         p = head_proxy(
             self.model, self.layout, w, self.int_buffers, s.train, s.partitions[task.client],
@@ -234,7 +238,7 @@ class _GroupContext:
         return res
 
     def head_proxy(self, task: ClientTask, w: torch.Tensor, purpose: Purpose, **kw) -> torch.Tensor:
-        self._stage = "gate proxy" if purpose == Purpose.PROXY_GATE else "refresh proxy"
+        self._stage = _proxy_stage(purpose)
         with self.worker._model_lock:
             out = self.worker.head_proxy(task, w, purpose, **kw)
         self._stage = "encoding"

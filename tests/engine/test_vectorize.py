@@ -215,3 +215,18 @@ def test_a_parameter_the_loss_does_not_use_is_left_alone():
     spare = layout.index("spare.weight")
     assert not vec[0].delta[spare.offset : spare.offset + spare.numel].any()
     assert torch.allclose(vec[0].delta, ref.delta, rtol=0, atol=ATOL)
+
+
+def test_float_buffers_and_frozen_parameters_are_refused():
+    from torch import nn
+
+    from reuse_ray.vectorized import check_vectorizable
+
+    buffered = nn.Linear(2, 2)
+    buffered.register_buffer("scale", torch.ones(2))
+    frozen = nn.Sequential(nn.Linear(2, 2), nn.Linear(2, 2))
+    frozen[0].weight.requires_grad_(False)
+    for model in (buffered, frozen):
+        with pytest.raises(ValueError, match="not exactly its trainable parameters"):
+            check_vectorizable(model)
+    check_vectorizable(nn.Linear(2, 2))  # plain parameters pass
