@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from .data.registry import ArraySplit, DatasetInfo
-from .data.transforms import crop_flip, to_tensor
+from .data.transforms import batch_images, crop_flip
 from .rng import Purpose, torch_generator
 from .state import StateLayout
 
@@ -109,10 +109,10 @@ def _batch(
     device: torch.device,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One training mini-batch: normalised images (augmented from ``gen``) and labels."""
-    x = to_tensor(data.x[batch], info)
+    x, y = batch_images(data, batch, info, device)
     if augment == "crop_flip":
         x = crop_flip(x, gen)
-    return x.to(device), torch.from_numpy(data.y[batch]).to(device)
+    return x, y
 
 
 class HeavyBallSGD:
@@ -251,8 +251,7 @@ def evaluate(
     model.eval()
     correct, loss_sum = 0, 0.0
     for start in range(0, len(split), batch_size):
-        x = to_tensor(split.x[start : start + batch_size], info).to(device)
-        y = torch.from_numpy(split.y[start : start + batch_size]).to(device)
+        x, y = batch_images(split, slice(start, start + batch_size), info, device)
         out = model(x).float()
         loss_sum += float(nn.functional.cross_entropy(out, y, reduction="sum"))
         correct += int((out.argmax(1) == y).sum())

@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from .data.registry import ArraySplit, DatasetInfo
-from .data.transforms import crop_flip, to_tensor
+from .data.transforms import batch_images, crop_flip
 from .rng import Purpose, torch_generator
 from .state import StateLayout
 from .training import LocalResult, _move, batch_starts, has_batchnorm
@@ -154,21 +154,8 @@ def local_update_many(
             return v.view(A, *([1] * (like.dim() - 1)))
 
         batches = [streams[c].batch(step) for c in rows]
-        width = max(len(b) for b in batches)  # the step's widest batch
-        # the step's batches are assembled on the host and moved in one copy each
-        x = torch.zeros((A, width, *info.shape))
-        y = torch.zeros((A, width), dtype=torch.long)
-        weight = torch.zeros((A, width))
-        for a, (c, idx) in enumerate(zip(rows, batches, strict=True)):
-            xb = to_tensor(data.x[idx], info)
-            if augment == "crop_flip":
-                xb = crop_flip(xb, streams[c].aug)
-            k = len(idx)
-            x[a, :k] = xb
-            y[a, :k] = torch.from_numpy(data.y[idx])
-            weight[a, :k] = 1.0
-        counts = torch.tensor([float(len(b)) for b in batches])
-        x, y, weight, counts = (t.to(device, non_blocking=True) for t in (x, y, weight, counts))
+        x, y, weight, counts = _step_batch(batches, [streams[c].aug for c in rows], data, info,
+                                           augment, device)  # fmt: skip
         params = {n: take(P[n]).detach().requires_grad_(True) for n in names}
         with torch.enable_grad():
             losses = batched_loss(params, x, y, weight, counts)
@@ -216,3 +203,36 @@ def local_update_many(
         steps = streams[c].steps
         out.append(LocalResult(delta, v / max(steps, 1), steps, ok))
     return out
+
+
+def _step_batch(
+    batches: list[np.ndarray],
+    aug: list[torch.Generator],
+    data: ArraySplit,
+    info: DatasetInfo,
+    augment: str,
+    device: torch.device,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One step's inputs for the active clients: images (A, width, ...) and labels (A, width),
+    each client's batch padded to the step's widest with weight 0, and the real counts (A,).
+
+    All the step's samples are gathered and normalised at once (on an accelerator from its copy
+    of the data); each client's augmentation is drawn from its own stream, in row order."""
+    lens = [len(b) for b in batches]
+    A, width = len(batches), max(lens)
+    xs, ys = batch_images(data, np.concatenate(batches), info, device)
+    if augment == "crop_flip":
+        bounds = np.cumsum([0, *lens])
+        xs = torch.cat([crop_flip(xs[bounds[a] : bounds[a + 1]], aug[a]) for a in range(A)])
+    counts = torch.tensor([float(k) for k in lens])
+    if all(k == width for k in lens):  # no padding: the gathered rows are the stack
+        weight = torch.ones((A, width))
+        x, y = xs.view(A, width, *xs.shape[1:]), ys.view(A, width)
+    else:
+        weight = (torch.arange(width)[None, :] < torch.tensor(lens)[:, None]).to(torch.float32)
+        x = xs.new_zeros((A, width, *xs.shape[1:]))
+        y = ys.new_zeros((A, width))
+        mask = weight.to(device, non_blocking=True).bool()
+        x[mask] = xs
+        y[mask] = ys
+    return x, y, weight.to(device, non_blocking=True), counts.to(device, non_blocking=True)

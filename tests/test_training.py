@@ -225,3 +225,53 @@ print(sorted(k for k in ("torch._dynamo", "triton") if k in sys.modules))
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def _crop_flip_loop(x, gen, pad=4):
+    """The crop and flip written image by image: the reference for the one-gather version."""
+    b, _, h, w = x.shape
+    padded = torch.nn.functional.pad(x, (pad, pad, pad, pad))
+    offs = torch.randint(0, 2 * pad + 1, (b, 2), generator=gen)
+    flips = torch.rand(b, generator=gen) < 0.5
+    out = torch.empty_like(x)
+    for j in range(b):
+        oy, ox = int(offs[j, 0]), int(offs[j, 1])
+        img = padded[j, :, oy : oy + h, ox : ox + w]
+        out[j] = img.flip(-1) if bool(flips[j]) else img
+    return out
+
+
+def test_crop_flip_equals_the_image_by_image_crop():
+    x = torch.randn(37, 3, 9, 7)
+    for client in range(4):
+        got = crop_flip(x, torch_generator(5, Purpose.AUGMENT, 2, client))
+        want = _crop_flip_loop(x, torch_generator(5, Purpose.AUGMENT, 2, client))
+        assert torch.equal(got, want)
+    # a hand case: 1x1x2x2 image, pad 1 -> every crop is a shifted window of the padded 4x4
+    img = torch.tensor([[[[1.0, 2.0], [3.0, 4.0]]]])
+    gen = torch_generator(0, Purpose.AUGMENT, 0, 0)
+    state = gen.get_state()
+    oy, ox = (int(v) for v in torch.randint(0, 3, (1, 2), generator=gen)[0])
+    flip = bool(torch.rand(1, generator=gen)[0] < 0.5)
+    gen.set_state(state)
+    padded = torch.zeros(4, 4)
+    padded[1:3, 1:3] = img[0, 0]
+    window = padded[oy : oy + 2, ox : ox + 2]
+    assert torch.equal(crop_flip(img, gen, pad=1)[0, 0], window.flip(-1) if flip else window)
+
+
+def test_batch_images_gathers_rows_or_a_slice():
+    from reuse_ray.data.registry import ArraySplit, DatasetInfo
+    from reuse_ray.data.transforms import batch_images
+
+    info = DatasetInfo("t", 3, (1, 2, 2), mean=(0.5,), std=(0.25,), scale=1 / 255,
+                       augment="none")  # fmt: skip
+    xs = np.arange(5 * 4, dtype=np.uint8).reshape(5, 1, 2, 2)
+    split = ArraySplit(xs, np.array([0, 1, 2, 0, 1], dtype=np.int64))
+    x, y = batch_images(split, np.array([3, 0]), info, torch.device("cpu"))
+    assert y.tolist() == [0, 0]
+    # (v / 255 - 0.5) / 0.25 for the stored values 12..15 and 0..3
+    want = (torch.tensor([[12.0, 13, 14, 15], [0, 1, 2, 3]]) * (1 / 255) - 0.5) / 0.25
+    assert torch.equal(x.view(2, 4), want.float())
+    xs2, ys2 = batch_images(split, slice(1, 3), info, torch.device("cpu"))
+    assert ys2.tolist() == [1, 2] and xs2.shape == (2, 1, 2, 2)
