@@ -16,7 +16,14 @@ relative (L2) difference between the loop's and the vectorized Δ; on CUDA also 
 utilisation while the vectorized arm runs (``torch.cuda.utilization``, sampled every 0.1 s).
 
     python benchmarks/vectorize.py [--device cpu|cuda] [--rounds 3] [--threads 2]
-        [--group 10] [--per-round 10]
+        [--group 10] [--per-round 10] [--epochs 3] [--tf32 on|off] [--fast-kernels]
+        [--cpu-reference] [--profile]
+
+On CUDA: ``--tf32 off`` turns TF32 off in convolutions and matrix products (torch's default
+lets cuDNN convolutions use it); ``--fast-kernels`` lets cuDNN pick non-deterministic kernels
+and benchmark them (reuse_ray itself always asks for deterministic ones); ``--cpu-reference``
+also trains round 1's clients with the per-client loop on the CPU and prints how far each CUDA
+arm's Δ is from it; ``--profile`` prints torch.profiler's table of one vectorized round.
 """
 
 from __future__ import annotations
@@ -41,6 +48,11 @@ def main() -> None:
     ap.add_argument("--group", type=int, default=10)
     ap.add_argument("--per-round", type=int, default=10, help="clients a round (W: 10)")
     ap.add_argument("--samples", type=int, default=20000)
+    ap.add_argument("--epochs", type=int, default=None, help="local epochs (W: 3)")
+    ap.add_argument("--tf32", default="on", choices=["on", "off"])
+    ap.add_argument("--fast-kernels", action="store_true")
+    ap.add_argument("--cpu-reference", action="store_true")
+    ap.add_argument("--profile", action="store_true")
     args = ap.parse_args()
     import workload_w as W
 
@@ -53,12 +65,20 @@ def main() -> None:
         raise SystemExit("--device cuda: CUDA is not visible to torch on this machine")
     configure_determinism(args.threads)
     dev = torch.device(args.device)
+    if dev.type == "cuda":
+        torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
+        if args.fast_kernels:
+            torch.use_deterministic_algorithms(False)
+            torch.backends.cudnn.deterministic = False
+            torch.backends.cudnn.benchmark = True
+        print(f"CUDA: TF32 {args.tf32}, deterministic kernels {not args.fast_kernels}")
     w = W.load("cnn_valid", args.samples)
     info, train = w.data.info, w.data.train
     model = w.model()
     layout = StateLayout.from_model(model)
     w0 = layout.flatten(model)
-    kw = dict(seed=W.SEED, epochs=W.EPOCHS, batch_size=W.BATCH, momentum=W.MOMENTUM,
+    kw = dict(seed=W.SEED, epochs=args.epochs or W.EPOCHS, batch_size=W.BATCH, momentum=W.MOMENTUM,
               weight_decay=W.WEIGHT_DECAY)  # fmt: skip
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {"plain-2t": [], "loop": [], "vector": []}
@@ -94,6 +114,24 @@ def main() -> None:
         times["vector"].append(time.perf_counter() - start)
         sampling.clear()
         by_client = dict(zip(ordered, vec, strict=True))
+        if args.cpu_reference and t == 1 and dev.type == "cuda":
+            ref = [local_update(model, layout, w0, {}, train, w.parts[c], info, round_=t,
+                                client=c, lr=W.LR, amp=False, device="cpu", **kw).delta
+                   for c in clients]  # fmt: skip
+            for name, arm in (("loop", [r.delta for r in loop]),
+                              ("vector", [by_client[c].delta for c in clients])):  # fmt: skip
+                worst = max(float((a - r).norm() / r.norm()) for a, r in zip(arm, ref, strict=True))
+                print(f"round 1, CUDA {name} vs the CPU per-client loop: max rel L2 {worst:.2e}")
+        if args.profile and t == args.rounds and dev.type == "cuda":
+            from torch.profiler import ProfilerActivity, profile
+
+            with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+                for k in range(0, len(requests), args.group):
+                    local_update_many(model, layout, requests[k : k + args.group], train, info,
+                                      device=dev, **kw)  # fmt: skip
+                sync()
+            print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15))
+            print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
         pairs = [(r.delta, by_client[c].delta) for c, r in zip(clients, loop, strict=True)]
         diffs.append(max(float((a - b).abs().max()) for a, b in pairs))
         rels.append(max(float((a - b).norm() / a.norm()) for a, b in pairs))
