@@ -15,7 +15,7 @@ Where CUDA is visible, this
 Without CUDA it says so and exits 0 (the CPU path is covered by the test suite);
 ``--device cpu`` runs steps 2 and 3 on the CPU instead (a dry run of the script itself).
 
-    python benchmarks/gpu_check.py [--rounds 5] [--w-rounds 6] [--per-round 10] [--group 10]
+    python benchmarks/gpu_check.py [--rounds 5] [--w-rounds 6] [--per-round 10] [--group 10] [--only-w]
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ def main() -> None:
     ap.add_argument("--per-round", type=int, default=10, help="W's clients a round (10)")
     ap.add_argument("--group", type=int, default=10)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--only-w", action="store_true", help="step 3 alone")
     args = ap.parse_args()
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no GPU available: CUDA is not visible to torch on this machine")
         return
-    if args.device == "cuda":
+    if args.device == "cuda" and not args.only_w:
         amp_check(args.rounds)
     try:
         import ray
@@ -49,7 +50,8 @@ def main() -> None:
     ray.init(include_dashboard=False, num_gpus=None if args.device == "cuda" else 1)
     print(f"cluster resources: {ray.cluster_resources()}", flush=True)
     try:
-        fractional_check(args.rounds, args.device)
+        if not args.only_w:
+            fractional_check(args.rounds, args.device)
         vectorize_check(args.w_rounds, args.per_round, args.group, args.device)
     finally:
         ray.shutdown()
