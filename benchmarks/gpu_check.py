@@ -15,7 +15,8 @@ Where CUDA is visible, this
 Without CUDA it says so and exits 0 (the CPU path is covered by the test suite);
 ``--device cpu`` runs steps 2 and 3 on the CPU instead (a dry run of the script itself).
 
-    python benchmarks/gpu_check.py [--rounds 5] [--w-rounds 6] [--per-round 10] [--group 10] [--only-w]
+    python benchmarks/gpu_check.py [--rounds 5] [--w-rounds 6] [--per-round 10] [--group 10]
+        [--only-w]
 """
 
 from __future__ import annotations
