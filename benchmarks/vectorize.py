@@ -17,7 +17,7 @@ utilisation while the vectorized arm runs (``torch.cuda.utilization``, sampled e
 
     python benchmarks/vectorize.py [--device cpu|cuda] [--rounds 3] [--threads 2]
         [--group 10] [--per-round 10] [--epochs 3] [--tf32 on|off] [--fast-kernels]
-        [--cpu-reference] [--profile] [--conv auto|grouped|matmul]
+        [--cpu-reference] [--profile]
 
 On CUDA: ``--tf32 off`` turns TF32 off in convolutions and matrix products (torch's default
 lets cuDNN convolutions use it); ``--fast-kernels`` lets cuDNN pick non-deterministic kernels
@@ -53,12 +53,6 @@ def main() -> None:
     ap.add_argument("--fast-kernels", action="store_true")
     ap.add_argument("--cpu-reference", action="store_true")
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument(
-        "--conv",
-        default="auto",
-        choices=["auto", "grouped", "matmul"],
-        help="vectorized convolutions (auto: matmul on CUDA, grouped on CPU)",
-    )
     args = ap.parse_args()
     import workload_w as W
 
@@ -84,7 +78,6 @@ def main() -> None:
     model = w.model()
     layout = StateLayout.from_model(model)
     w0 = layout.flatten(model)
-    conv = {"auto": None, "grouped": False, "matmul": True}[args.conv]
     kw = dict(seed=W.SEED, epochs=args.epochs or W.EPOCHS, batch_size=W.BATCH, momentum=W.MOMENTUM,
               weight_decay=W.WEIGHT_DECAY)  # fmt: skip
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
@@ -116,7 +109,7 @@ def main() -> None:
         vec = []
         for k in range(0, len(requests), args.group):
             vec += local_update_many(model, layout, requests[k : k + args.group], train, info,
-                                     device=dev, conv_matmul=conv, **kw)  # fmt: skip
+                                     device=dev, **kw)  # fmt: skip
         sync()
         times["vector"].append(time.perf_counter() - start)
         sampling.clear()
@@ -135,7 +128,7 @@ def main() -> None:
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for k in range(0, len(requests), args.group):
                     local_update_many(model, layout, requests[k : k + args.group], train, info,
-                                      device=dev, conv_matmul=conv, **kw)  # fmt: skip
+                                      device=dev, **kw)  # fmt: skip
                 sync()
             print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15))
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))

@@ -25,9 +25,7 @@ does not apply).
 
 from __future__ import annotations
 
-import contextlib
 import math
-from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -100,13 +98,8 @@ def local_update_many(
     weight_decay: float,
     augment: str = "none",
     device: torch.device | str = "cpu",
-    conv_matmul: bool | None = None,
 ) -> list[LocalResult]:
-    """ClientUpdate (§1.3) of every request at once; results in request order.
-
-    ``conv_matmul`` computes convolutions as unfold + matrix product (see
-    :func:`_convolutions_as_matmuls`); ``None`` chooses it on accelerators only, where it is
-    faster (on a CPU the grouped convolution is)."""
+    """ClientUpdate (§1.3) of every request at once; results in request order."""
     from torch.func import functional_call, vmap
 
     check_vectorizable(model)
@@ -131,11 +124,6 @@ def local_update_many(
         }  # fmt: skip
     streams = [_Stream(r, seed, epochs, batch_size) for r in requests]
 
-    if conv_matmul is None:
-        conv_matmul = device.type != "cpu"
-    patch_convs = (
-        (lambda: _convolutions_as_matmuls(model)) if conv_matmul else contextlib.nullcontext
-    )
     lr = torch.tensor([r.lr for r in requests], device=device)
     mu = torch.tensor(mus, device=device)
 
@@ -169,7 +157,7 @@ def local_update_many(
         x, y, weight, counts = _step_batch(batches, [streams[c].aug for c in rows], data, info,
                                            augment, device)  # fmt: skip
         params = {n: take(P[n]).detach().requires_grad_(True) for n in names}
-        with torch.enable_grad(), patch_convs():
+        with torch.enable_grad():
             losses = batched_loss(params, x, y, weight, counts)
             found = torch.autograd.grad(losses.sum(), list(params.values()), allow_unused=True)
             grads = dict(zip(names, found, strict=True))
@@ -248,51 +236,3 @@ def _step_batch(
         x[mask] = xs
         y[mask] = ys
     return x, y, weight.to(device, non_blocking=True), counts.to(device, non_blocking=True)
-
-
-@contextlib.contextmanager
-def _convolutions_as_matmuls(model: nn.Module) -> Iterator[None]:
-    """While vectorized, each plain ``nn.Conv2d`` (zero padding, one group) computes its
-    convolution as an unfold (im2col) and one matrix product.
-
-    Under ``vmap`` a convolution whose weights differ per client becomes a grouped
-    convolution, one group per client, which the convolution libraries run group by group
-    (measured on an H200 with deterministic kernels: ~40 % of a step); the unfold of every
-    client's batch is one call and the products are one batched GEMM. The values are the
-    convolution's, summed in another order (within the vectorized tolerance)."""
-    patched = [m for m in model.modules() if _as_matmul_ok(m)]
-    for m in patched:
-        m._conv_forward = _matmul_conv.__get__(m)  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        for m in patched:
-            del m._conv_forward
-
-
-def _as_matmul_ok(m: nn.Module) -> bool:
-    return (
-        isinstance(m, nn.Conv2d)
-        and m.groups == 1
-        and m.padding_mode == "zeros"
-        and not isinstance(m.padding, str)
-    )
-
-
-def _matmul_conv(
-    self: nn.Conv2d, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
-) -> torch.Tensor:
-    """``F.conv2d(x, weight, bias, stride, padding, dilation)`` for x (B, Cin, H, W)."""
-    if x.dim() != 4:
-        return nn.functional.conv2d(x, weight, bias, self.stride, self.padding, self.dilation)
-    b, _, h, w = x.shape
-    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = (
-        self.kernel_size, self.stride, self.padding, self.dilation
-    )  # fmt: skip
-    ho = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    wo = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    cols = nn.functional.unfold(x, (kh, kw), self.dilation, self.padding, self.stride)
-    # (B, L, Cin·kh·kw) @ (Cin·kh·kw, Cout): one GEMM over every position of the batch
-    out = cols.transpose(1, 2) @ weight.flatten(1).t()
-    out = out.transpose(1, 2).reshape(b, -1, ho, wo)
-    return out if bias is None else out + bias.view(1, -1, 1, 1)
