@@ -108,6 +108,11 @@ def local_update_many(
     model.train()
     C = len(requests)
     names = [s.name for s in layout.tensors]
+    # the stack holds the clients by step count, most first (ties in request order), so the
+    # clients with steps left are always its first rows: a step works on views of a prefix
+    streams = [_Stream(r, seed, epochs, batch_size) for r in requests]
+    order = sorted(range(C), key=lambda i: -streams[i].steps)
+    requests, streams = [requests[i] for i in order], [streams[i] for i in order]
     W = torch.stack([r.w.to(torch.float32) for r in requests]).to(device)
     P = {s.name: W[:, s.offset : s.offset + s.numel].reshape(C, *s.shape).clone()
          for s in layout.tensors}  # fmt: skip
@@ -122,7 +127,6 @@ def local_update_many(
                 else torch.zeros(P[n].shape[1:], device=device) for r in requests
             ]) for n in names
         }  # fmt: skip
-    streams = [_Stream(r, seed, epochs, batch_size) for r in requests]
 
     lr = torch.tensor([r.lr for r in requests], device=device)
     mu = torch.tensor(mus, device=device)
@@ -140,22 +144,22 @@ def local_update_many(
     # each client's summed loss stays on the device (no synchronisation per step); a
     # non-finite loss keeps the sum non-finite, which is how the per-client loop's check reads
     total = torch.zeros(C, dtype=torch.float64, device=device)
-    max_steps = max((s.steps for s in streams), default=0)
+    max_steps = streams[0].steps if streams else 0
+    A = C
     for step in range(max_steps):
-        # only the clients with steps left are computed (their rows of the stack)
-        rows = [c for c, s in enumerate(streams) if step < s.steps]
-        A = len(rows)
-        sel = None if A == C else torch.tensor(rows, device=device)
+        # only the clients with steps left are computed: the stack's first A rows
+        while streams[A - 1].steps <= step:
+            A -= 1
 
-        def take(t: torch.Tensor, sel=sel) -> torch.Tensor:
-            return t if sel is None else t.index_select(0, sel)
+        def take(t: torch.Tensor, A=A) -> torch.Tensor:
+            return t if A == C else t[:A]
 
         def bcast(v: torch.Tensor, like: torch.Tensor, A=A) -> torch.Tensor:
             return v.view(A, *([1] * (like.dim() - 1)))
 
-        batches = [streams[c].batch(step) for c in rows]
-        x, y, weight, counts = _step_batch(batches, [streams[c].aug for c in rows], data, info,
-                                           augment, device)  # fmt: skip
+        batches = [streams[c].batch(step) for c in range(A)]
+        x, y, weight, counts = _step_batch(batches, [streams[c].aug for c in range(A)], data,
+                                           info, augment, device)  # fmt: skip
         params = {n: take(P[n]).detach().requires_grad_(True) for n in names}
         with torch.enable_grad():
             losses = batched_loss(params, x, y, weight, counts)
@@ -179,30 +183,30 @@ def local_update_many(
                 if weight_decay != 0:
                     g = g.add(p, alpha=weight_decay)
                 if momentum != 0:
-                    # a client's first step is the round's first (every client trains then)
-                    g = take(M[n]).mul_(momentum).add_(g) if step > 0 else g.clone()
-                    if sel is None:
-                        M[n] = g
+                    # every client's first step is the round's first; after it the buffer's
+                    # rows are updated in place
+                    if step == 0:
+                        M[n] = g.clone()
                     else:
-                        M[n].index_copy_(0, sel, g)
+                        g = take(M[n]).mul_(momentum).add_(g)
                 new = p - bcast(take(lr), g) * g
-                if sel is None:
+                if A == C:
                     P[n] = new
                 else:
-                    P[n].index_copy_(0, sel, new)
-            if sel is None:
+                    P[n][:A] = new
+            if A == C:
                 total += lv
             else:
-                total.index_add_(0, sel, lv)
-    out = []
+                total[:A] += lv
+    results: list[LocalResult | None] = [None] * C
     with torch.no_grad():
         flat = torch.cat([P[s.name].reshape(C, -1) for s in layout.tensors], dim=1).cpu()
     for c, (r, v) in enumerate(zip(requests, total.tolist(), strict=True)):
         delta = flat[c] - r.w.to(torch.float32)
         ok = math.isfinite(v) and bool(torch.isfinite(delta).all())
         steps = streams[c].steps
-        out.append(LocalResult(delta, v / max(steps, 1), steps, ok))
-    return out
+        results[order[c]] = LocalResult(delta, v / max(steps, 1), steps, ok)
+    return results  # type: ignore[return-value]
 
 
 def _step_batch(
@@ -217,22 +221,30 @@ def _step_batch(
     each client's batch padded to the step's widest with weight 0, and the real counts (A,).
 
     All the step's samples are gathered and normalised at once (on an accelerator from its copy
-    of the data); each client's augmentation is drawn from its own stream, in row order."""
+    of the data). Without augmentation a short batch is padded with repeats of its first
+    sample, so the gather is the stack itself; a padded sample's loss is weighted exactly 0,
+    so its gradient is exactly 0. With augmentation each client's real samples are augmented
+    from its own stream, in row order, and placed into zeros."""
     lens = [len(b) for b in batches]
     A, width = len(batches), max(lens)
-    xs, ys = batch_images(data, np.concatenate(batches), info, device)
-    if augment == "crop_flip":
-        bounds = np.cumsum([0, *lens])
-        xs = torch.cat([crop_flip(xs[bounds[a] : bounds[a + 1]], aug[a]) for a in range(A)])
     counts = torch.tensor([float(k) for k in lens])
-    if all(k == width for k in lens):  # no padding: the gathered rows are the stack
-        weight = torch.ones((A, width))
-        x, y = xs.view(A, width, *xs.shape[1:]), ys.view(A, width)
-    else:
-        weight = (torch.arange(width)[None, :] < torch.tensor(lens)[:, None]).to(torch.float32)
-        x = xs.new_zeros((A, width, *xs.shape[1:]))
-        y = ys.new_zeros((A, width))
-        mask = weight.to(device, non_blocking=True).bool()
-        x[mask] = xs
-        y[mask] = ys
-    return x, y, weight.to(device, non_blocking=True), counts.to(device, non_blocking=True)
+    weight = (torch.arange(width)[None, :] < torch.tensor(lens)[:, None]).to(torch.float32)
+    moved = weight.to(device, non_blocking=True), counts.to(device, non_blocking=True)
+    if augment != "crop_flip":
+        idx = np.empty((A, width), dtype=np.int64)
+        for a, b in enumerate(batches):
+            idx[a, : len(b)] = b
+            idx[a, len(b) :] = b[0]
+        xs, ys = batch_images(data, idx.ravel(), info, device)
+        return xs.view(A, width, *xs.shape[1:]), ys.view(A, width), *moved
+    xs, ys = batch_images(data, np.concatenate(batches), info, device)
+    bounds = np.cumsum([0, *lens])
+    xs = torch.cat([crop_flip(xs[bounds[a] : bounds[a + 1]], aug[a]) for a in range(A)])
+    if width * A == len(xs):  # no padding: the gathered rows are the stack
+        return xs.view(A, width, *xs.shape[1:]), ys.view(A, width), *moved
+    x = xs.new_zeros((A, width, *xs.shape[1:]))
+    y = ys.new_zeros((A, width))
+    mask = moved[0].bool()
+    x[mask] = xs
+    y[mask] = ys
+    return x, y, *moved

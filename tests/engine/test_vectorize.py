@@ -230,3 +230,34 @@ def test_float_buffers_and_frozen_parameters_are_refused():
         with pytest.raises(ValueError, match="not exactly its trainable parameters"):
             check_vectorizable(model)
     check_vectorizable(nn.Linear(2, 2))  # plain parameters pass
+
+
+def test_a_clients_result_does_not_depend_on_its_row():
+    """The stack is ordered by step count with ties in request order: the same clients asked
+    for in another order get the same bits each (1 thread)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _same_bits_in_any_row()
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _same_bits_in_any_row():
+    digits = load_dataset(DataConfig(name="digits"))
+    model = init_model("cnn", digits.info.shape, digits.info.num_classes, seed=0, hidden=16)
+    layout = StateLayout.from_model(model)
+    w0 = layout.flatten(model)
+    rng = np.random.default_rng(0)
+    reqs = [
+        TrainRequest(c, 1, w0, rng.choice(len(digits.train), n, replace=False), 0.05)
+        for c, n in enumerate([30, 30, 7, 64, 0, 30])
+    ]
+    kw = dict(seed=3, epochs=2, batch_size=16, momentum=0.9, weight_decay=1e-4)
+    a = local_update_many(model, layout, reqs, digits.train, digits.info, **kw)
+    perm = [3, 5, 0, 4, 2, 1]
+    b = local_update_many(model, layout, [reqs[i] for i in perm], digits.train, digits.info, **kw)
+    for j, i in enumerate(perm):
+        assert torch.equal(a[i].delta, b[j].delta) and a[i].steps == b[j].steps
+        assert a[i].mean_loss == b[j].mean_loss
+    assert [r.steps for r in a] == [4, 4, 2, 8, 0, 4]
