@@ -275,3 +275,27 @@ def test_batch_images_gathers_rows_or_a_slice():
     assert torch.equal(x.view(2, 4), want.float())
     xs2, ys2 = batch_images(split, slice(1, 3), info, torch.device("cpu"))
     assert ys2.tolist() == [1, 2] and xs2.shape == (2, 1, 2, 2)
+
+
+def test_accelerator_gather_equals_the_host_transform():
+    """The accelerator path of batch_images (a copy of the stored array, gathered there, then
+    normalised) gives the host transform's values; run here with the CPU as the 'device'."""
+    import gc
+
+    from reuse_ray.data.registry import DatasetInfo
+    from reuse_ray.data.transforms import _ON_DEVICE, normalize, on_device, to_tensor
+
+    info = DatasetInfo("t", 3, (3, 4, 4), mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3),
+                       scale=1 / 255, augment="none")  # fmt: skip
+    xs = np.random.default_rng(0).integers(0, 256, (9, 3, 4, 4)).astype(np.uint8)
+    idx = np.array([7, 0, 7, 3])
+    cpu = torch.device("cpu")
+    copy = on_device(xs, cpu)
+    assert on_device(xs, cpu) is copy  # made once per array and device
+    got = normalize(copy.index_select(0, torch.from_numpy(idx)), info)
+    assert torch.equal(got, to_tensor(xs[idx], info))
+    key = (id(xs), "cpu")
+    assert key in _ON_DEVICE
+    del xs, copy
+    gc.collect()
+    assert key not in _ON_DEVICE  # the entry leaves with its array
