@@ -191,7 +191,12 @@ def local_update(
     aug_gen = torch_generator(seed, Purpose.AUGMENT, round_, client)
     n = len(indices)
     starts = batch_starts(n, batch_size, has_batchnorm(model))
-    total_loss, steps, finite = 0.0, 0, True
+    if correction is not None:  # moved once, not every step
+        correction = {name: c.to(device) for name, c in correction.items()}
+    # the losses are summed on the device in float64 (no synchronisation per step); a
+    # non-finite loss leaves the sum non-finite (cross-entropy is never negative)
+    total = torch.zeros((), dtype=torch.float64, device=device)
+    steps = 0
     for _ in range(epochs):
         perm = torch.randperm(n, generator=shuffle_gen).numpy()
         for start, stop in starts:
@@ -205,32 +210,31 @@ def local_update(
                 scaler.unscale_(opt)
             else:
                 loss.backward()
-            lv = float(loss.detach())
+            lv = loss.detach().double()
             if anchors is not None:
                 # FedProx term (μ/2)·‖w − w_t‖²: its gradient μ·(w − w_t) is added directly
                 # instead of through autograd (the same values, without a graph over every
                 # parameter); the reported loss includes the term
                 with torch.no_grad():
                     diffs = torch._foreach_sub(params, anchors)
-                    lv += (mu / 2) * float(torch.stack(torch._foreach_norm(diffs)).square().sum())
+                    sq = torch.stack(torch._foreach_norm(diffs)).square().sum()
+                    lv = lv + (mu / 2) * sq.double()
                     torch._foreach_mul_(diffs, mu)
                     torch._foreach_add_([p.grad for p in params], diffs)
             if correction is not None:
                 for name, c in correction.items():
-                    named[name].grad.add_(c.to(device))
+                    named[name].grad.add_(c)
             if scaler is not None:
                 scaler.step(opt)
                 scaler.update()
             else:
                 opt.step()
-            if not math.isfinite(lv):
-                finite = False
-            total_loss += lv
+            total += lv
             steps += 1
+    total_loss = float(total)
     _move(model, "cpu")
     delta = layout.flatten(model) - w
-    if not bool(torch.isfinite(delta).all()):
-        finite = False
+    finite = math.isfinite(total_loss) and bool(torch.isfinite(delta).all())
     return LocalResult(delta, total_loss / max(steps, 1), steps, finite)
 
 
