@@ -4,16 +4,18 @@ The clients of rounds 1..R of workload W (``workload_w.py``: 10 a round, 3 local
 batch 128, SGD 0.05 / 0.9 / 1e-4, the unpadded ``cnn_valid``) are trained from one global
 state, round by round, by
 
-  plain-2t   the plain PyTorch loop of W (2 threads; on CUDA: the device), client by client
+  plain-2t   the plain PyTorch loop of W (2 threads), client by client; CPU only (W's loop is
+             CPU code)
   loop       reuse_ray's per-client ClientUpdate (``training.local_update``), client by client
   vector     reuse_ray's vectorized ClientUpdate (``vectorized.local_update_many``), the round's
              clients in groups of ``--group`` (one vmap over stacked parameters per step)
 
 all in this one process, interleaved round by round, on ``--device`` (cpu: ``--threads``
-threads for loop and vector; cuda: AMP off, fp32 everywhere). It prints the training seconds
-per round of each arm (median over rounds), the ratios, and the largest elementwise and
-relative (L2) difference between the loop's and the vectorized Δ; on CUDA also the GPU
-utilisation while the vectorized arm runs (``torch.cuda.utilization``, sampled every 0.1 s).
+threads for loop and vector; cuda: AMP off, fp32 storage, TF32 as ``--tf32`` says). It
+prints the training seconds per round of each arm (median over rounds), the ratios, and the
+largest elementwise and relative (L2) difference between the loop's and the vectorized Δ; on
+CUDA also the GPU utilisation while the vectorized arm runs (``torch.cuda.utilization``,
+sampled every 0.1 s).
 
     python benchmarks/vectorize.py [--device cpu|cuda] [--rounds 3] [--threads 2]
         [--group 10] [--per-round 10] [--epochs 3] [--tf32 on|off] [--fast-kernels]
