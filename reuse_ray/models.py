@@ -47,6 +47,26 @@ class ShallowCNN(nn.Module):
         x = torch.relu(self.hidden(x.flatten(1)))
         return self.fc(x)
 
+    def forward_stacked(self, p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        """:meth:`forward` of A models at once, for vectorized clients: ``p`` holds every
+        parameter stacked along a leading dimension (A, ...), ``x`` is (A, B, C, H, W), and the
+        result (A, B, classes) has in row a the logits of the parameters ``p[·][a]`` on
+        ``x[a]``. Each convolution is one grouped convolution (a group per model) and each
+        linear layer one batched product — what ``torch.func.vmap`` would make of
+        :meth:`forward`, without its per-operation dispatch."""
+        A, B = x.shape[:2]
+        h = x.transpose(0, 1).reshape(B, A * x.shape[2], *x.shape[3:])  # channels (model, c)
+        for conv in (self.conv1, self.conv2):
+            name = "conv1" if conv is self.conv1 else "conv2"
+            w, b = p[f"{name}.weight"], p[f"{name}.bias"]
+            h = nn.functional.conv2d(h, w.reshape(-1, *w.shape[2:]), b.reshape(-1),
+                                     padding=conv.padding, groups=A)  # fmt: skip
+            h = nn.functional.max_pool2d(torch.relu(h), 2)
+        h = h.reshape(B, A, -1).transpose(0, 1)  # (A, B, features), flattened as forward does
+        h = torch.relu(torch.baddbmm(p["hidden.bias"].unsqueeze(1), h,
+                                     p["hidden.weight"].transpose(1, 2)))  # fmt: skip
+        return torch.baddbmm(p["fc.bias"].unsqueeze(1), h, p["fc.weight"].transpose(1, 2))
+
 
 def resnet18(in_channels: int, num_classes: int) -> nn.Module:
     """torchvision ResNet-18 (ImageNet stem, as in the seed), input channels adapted."""

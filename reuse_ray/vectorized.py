@@ -137,10 +137,19 @@ def local_update_many(
         per_sample = -out.log_softmax(-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
         return (per_sample * weight).sum() / count
 
-    # the forward is vmapped and the backward is plain autograd over the sum of the clients'
-    # losses (the clients are independent, so each stack row gets its own gradient, the same
-    # bits as torch.func.grad, which would import torch's compiler stack: ~150 MB a process)
+    # the forward is vmapped (or the model's own stacked forward) and the backward is plain
+    # autograd over the sum of the clients' losses (the clients are independent, so each stack
+    # row gets its own gradient, the same bits as torch.func.grad, which would import torch's
+    # compiler stack: ~150 MB a process)
     batched_loss = vmap(loss_fn)
+    stacked = getattr(model, "forward_stacked", None)
+    if stacked is not None:
+
+        def batched_loss(params, x, y, weight, count):
+            out = stacked(params, x)
+            per_sample = -out.log_softmax(-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+            return (per_sample * weight).sum(1) / count
+
     # each client's summed loss stays on the device (no synchronisation per step); a
     # non-finite loss keeps the sum non-finite, which is how the per-client loop's check reads
     total = torch.zeros(C, dtype=torch.float64, device=device)

@@ -32,10 +32,14 @@ def _vec(cfg, **engine):
                                                                **engine))  # fmt: skip
 
 
+@pytest.mark.parametrize("forward", ["stacked", "vmap"])
 @pytest.mark.parametrize("augment", ["none", "crop_flip"])
-def test_vectorized_local_update_matches_the_per_client_loop(augment):
+def test_vectorized_local_update_matches_the_per_client_loop(augment, forward):
+    """Both batched forwards: the model's own stacked one and the generic vmap of forward."""
     data = load_dataset(DataConfig(name="digits"))
     model = init_model("cnn", data.info.shape, data.info.num_classes, seed=3, hidden=32)
+    if forward == "vmap":
+        model.forward_stacked = None  # as a model without a stacked forward
     layout = StateLayout.from_model(model)
     w0 = layout.flatten(model)
     g = torch.Generator().manual_seed(0)
@@ -63,6 +67,21 @@ def test_vectorized_local_update_matches_the_per_client_loop(augment):
         assert float(ref.delta.abs().max()) > 1e-3  # it trained
         assert torch.allclose(vec[c].delta, ref.delta, rtol=0, atol=ATOL), c
         assert vec[c].mean_loss == pytest.approx(ref.mean_loss, rel=1e-5)
+
+
+@pytest.mark.parametrize("name", ["cnn", "cnn_valid"])
+def test_stacked_forward_is_each_models_forward(name):
+    """Row a of forward_stacked is forward with the a-th parameters on the a-th batch (float64,
+    three models with different weights, batches of 5)."""
+    shape = (3, 28, 28) if name == "cnn_valid" else (2, 8, 8)
+    models = [init_model(name, shape, 7, seed=s, hidden=12).double() for s in range(3)]
+    p = {n: torch.stack([dict(m.named_parameters())[n] for m in models])
+         for n, _ in models[0].named_parameters()}  # fmt: skip
+    x = torch.randn(3, 5, *shape, dtype=torch.float64)
+    out = models[0].forward_stacked(p, x)
+    assert out.shape == (3, 5, 7)
+    for a, m in enumerate(models):
+        assert torch.allclose(out[a], m(x[a]), rtol=1e-12, atol=1e-12)
 
 
 def test_vector_groups_are_fixed_by_the_tasks_alone():
