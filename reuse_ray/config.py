@@ -374,7 +374,7 @@ class EngineConfig:
     # rounds between snapshots of the server actor's state (0: none). When the server actor
     # dies, a new one starts from the last snapshot and replays the rounds since (bit-identical)
     server_snapshot_every: int = 1
-    # train the clients of a round together (torch.func.vmap over stacked parameters), in
+    # train the clients of a round together (one batched pass over stacked parameters), in
     # groups of at most vectorize_group clients taken in client-id order. Equal to the
     # per-client loop within float tolerance, not bit for bit, so a vectorized run has its own
     # run id; both engines form the same groups and give identical results

@@ -101,14 +101,18 @@ class ClientWorker:
         with torch.random.fork_rng(devices=[]):
             model.train()
             nn.functional.cross_entropy(model(x), y).backward()
-            if s.cfg.engine.vectorize:  # the first vmap call sets torch.func up (~1 s)
-                from torch.func import functional_call, vmap
-
+            if s.cfg.engine.vectorize:  # the batched forward's first call (vmap's: ~1 s)
                 params = {k: torch.stack([p.detach()] * 2).requires_grad_(True)
                           for k, p in model.named_parameters()}  # fmt: skip
-                out = vmap(lambda p, x: functional_call(model, p, (x,)))(
-                    params, torch.stack([x] * 2)
-                )
+                stacked = getattr(model, "forward_stacked", None)
+                if stacked is not None:
+                    out = stacked(params, torch.stack([x] * 2))
+                else:
+                    from torch.func import functional_call, vmap
+
+                    out = vmap(lambda p, x: functional_call(model, p, (x,)))(
+                        params, torch.stack([x] * 2)
+                    )
                 out.sum().backward()
 
     # ----------------------------------------------------------------- running a task
