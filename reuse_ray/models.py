@@ -56,9 +56,8 @@ class ShallowCNN(nn.Module):
         :meth:`forward`, without its per-operation dispatch."""
         A, B = x.shape[:2]
         h = x.transpose(0, 1).reshape(B, A * x.shape[2], *x.shape[3:])  # channels (model, c)
-        for conv in (self.conv1, self.conv2):
-            name = "conv1" if conv is self.conv1 else "conv2"
-            w, b = p[f"{name}.weight"], p[f"{name}.bias"]
+        for name in ("conv1", "conv2"):
+            conv, w, b = getattr(self, name), p[f"{name}.weight"], p[f"{name}.bias"]
             h = nn.functional.conv2d(h, w.reshape(-1, *w.shape[2:]), b.reshape(-1),
                                      padding=conv.padding, groups=A)  # fmt: skip
             h = nn.functional.max_pool2d(torch.relu(h), 2)
