@@ -1,10 +1,11 @@
 """Vectorized local training (``engine.vectorize``): the ClientUpdate of §1.3 for a group of
 clients at once.
 
-The clients' parameters are stacked along a new leading dimension and one step of every
-client is one ``torch.func.vmap`` of the loss over the stack and one backward pass, followed by
-the heavy-ball SGD update on the stacked tensors. What each client sees is what
-:func:`reuse_ray.training.local_update` gives it:
+The clients' parameters are stacked along a new leading dimension (ordered by step count) and
+one step of every client is one batched forward of the loss over the stack — the model's own
+``forward_stacked`` where it has one, else ``torch.func.vmap`` of its ``forward`` — and one
+backward pass, followed by the heavy-ball SGD update on the stacked tensors. What each client
+sees is what :func:`reuse_ray.training.local_update` gives it:
 
 * the same mini-batches: every client's shuffles and augmentations are drawn from its own
   keyed streams (``train_shuffle``, ``augment`` of (seed, round, client)) in the same order, so
