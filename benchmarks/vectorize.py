@@ -8,7 +8,7 @@ state, round by round, by
              CPU code)
   loop       reuse_ray's per-client ClientUpdate (``training.local_update``), client by client
   vector     reuse_ray's vectorized ClientUpdate (``vectorized.local_update_many``), the round's
-             clients in groups of ``--group`` (one vmap over stacked parameters per step)
+             clients in groups of ``--group`` (one batched pass over stacked parameters a step)
 
 all in this one process, interleaved round by round, on ``--device`` (cpu: ``--threads``
 threads for loop and vector; cuda: AMP off, fp32 storage, TF32 as ``--tf32`` says). It
