@@ -47,24 +47,42 @@ class ShallowCNN(nn.Module):
         x = torch.relu(self.hidden(x.flatten(1)))
         return self.fc(x)
 
-    def forward_stacked(self, p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    def forward_stacked(
+        self, p: dict[str, torch.Tensor], x: torch.Tensor, grouped: bool | None = None
+    ) -> torch.Tensor:
         """:meth:`forward` of A models at once, for vectorized clients: ``p`` holds every
         parameter stacked along a leading dimension (A, ...), ``x`` is (A, B, C, H, W), and the
         result (A, B, classes) has in row a the logits of the parameters ``p[·][a]`` on
-        ``x[a]``. Each convolution is one grouped convolution (a group per model) and each
-        linear layer one batched product — what ``torch.func.vmap`` would make of
-        :meth:`forward`, without its per-operation dispatch."""
+        ``x[a]``. Each linear layer is one batched product; on a GPU each convolution is one
+        grouped convolution (a group per model) — what ``torch.func.vmap`` would make of
+        :meth:`forward`, without its per-operation dispatch — while on a CPU the models'
+        convolutions run one after the other, as plain ones (measured on 2 threads for ten of
+        W's clients, forward and backward of a step: 0.39 s against 0.61 s grouped).
+        ``grouped`` forces one or the other."""
         A, B = x.shape[:2]
-        h = x.transpose(0, 1).reshape(B, A * x.shape[2], *x.shape[3:])  # channels (model, c)
-        for name in ("conv1", "conv2"):
-            conv, w, b = getattr(self, name), p[f"{name}.weight"], p[f"{name}.bias"]
-            h = nn.functional.conv2d(h, w.reshape(-1, *w.shape[2:]), b.reshape(-1),
-                                     padding=conv.padding, groups=A)  # fmt: skip
-            h = nn.functional.max_pool2d(torch.relu(h), 2)
-        h = h.reshape(B, A, -1).transpose(0, 1)  # (A, B, features), flattened as forward does
+        convs = ("conv1", "conv2")
+        if not (x.device.type != "cpu" if grouped is None else grouped):
+            h = torch.stack([
+                self._features(x[a], [(p[f"{n}.weight"][a], p[f"{n}.bias"][a]) for n in convs])
+                for a in range(A)
+            ])  # fmt: skip
+        else:
+            h = x.transpose(0, 1).reshape(B, A * x.shape[2], *x.shape[3:])  # (model, c)
+            for name in convs:
+                conv, w, b = getattr(self, name), p[f"{name}.weight"], p[f"{name}.bias"]
+                h = nn.functional.conv2d(h, w.reshape(-1, *w.shape[2:]), b.reshape(-1),
+                                         padding=conv.padding, groups=A)  # fmt: skip
+                h = nn.functional.max_pool2d(torch.relu(h), 2)
+            h = h.reshape(B, A, -1).transpose(0, 1)  # (A, B, features), as forward flattens
         h = torch.relu(torch.baddbmm(p["hidden.bias"].unsqueeze(1), h,
                                      p["hidden.weight"].transpose(1, 2)))  # fmt: skip
         return torch.baddbmm(p["fc.bias"].unsqueeze(1), h, p["fc.weight"].transpose(1, 2))
+
+    def _features(self, x: torch.Tensor, wb: list[tuple[torch.Tensor, torch.Tensor]]):
+        """One model's convolution blocks with the given (weight, bias) pairs, flattened."""
+        for conv, (w, b) in zip((self.conv1, self.conv2), wb, strict=True):
+            x = self.pool(torch.relu(nn.functional.conv2d(x, w, b, padding=conv.padding)))
+        return x.flatten(1)
 
 
 def resnet18(in_channels: int, num_classes: int) -> nn.Module:

@@ -69,8 +69,9 @@ def test_vectorized_local_update_matches_the_per_client_loop(augment, forward):
         assert vec[c].mean_loss == pytest.approx(ref.mean_loss, rel=1e-5)
 
 
+@pytest.mark.parametrize("grouped", [True, False])
 @pytest.mark.parametrize("name", ["cnn", "cnn_valid"])
-def test_stacked_forward_is_each_models_forward(name):
+def test_stacked_forward_is_each_models_forward(name, grouped):
     """Row a of forward_stacked is forward with the a-th parameters on the a-th batch (float64,
     three models with different weights, batches of 5)."""
     shape = (3, 28, 28) if name == "cnn_valid" else (2, 8, 8)
@@ -78,7 +79,7 @@ def test_stacked_forward_is_each_models_forward(name):
     p = {n: torch.stack([dict(m.named_parameters())[n] for m in models])
          for n, _ in models[0].named_parameters()}  # fmt: skip
     x = torch.randn(3, 5, *shape, dtype=torch.float64)
-    out = models[0].forward_stacked(p, x)
+    out = models[0].forward_stacked(p, x, grouped=grouped)
     assert out.shape == (3, 5, 7)
     for a, m in enumerate(models):
         assert torch.allclose(out[a], m(x[a]), rtol=1e-12, atol=1e-12)
