@@ -18,11 +18,12 @@ CUDA also the GPU utilisation while the vectorized arm runs (``torch.cuda.utiliz
 sampled every 0.1 s).
 
     python benchmarks/vectorize.py [--device cpu|cuda] [--rounds 3] [--threads 2]
-        [--group 10] [--per-round 10] [--epochs 3] [--tf32 on|off] [--fast-kernels]
+        [--group 10] [--per-round 10] [--epochs 3] [--tf32 default|on|off] [--fast-kernels]
         [--cpu-reference] [--profile]
 
-On CUDA: ``--tf32 off`` turns TF32 off in convolutions and matrix products (torch's default
-lets cuDNN convolutions use it); ``--fast-kernels`` lets cuDNN pick non-deterministic kernels
+On CUDA: ``--tf32 on``/``off`` turns TF32 on or off in both convolutions and matrix products
+(``default`` leaves torch's settings, which reuse_ray keeps: on in cuDNN convolutions, off in
+matrix products); ``--fast-kernels`` lets cuDNN pick non-deterministic kernels
 and benchmark them (reuse_ray itself always asks for deterministic ones); ``--cpu-reference``
 also trains round 1's clients with the per-client loop on the CPU and prints how far each CUDA
 arm's Δ is from it; ``--profile`` prints torch.profiler's table of one vectorized round.
@@ -51,7 +52,7 @@ def main() -> None:
     ap.add_argument("--per-round", type=int, default=10, help="clients a round (W: 10)")
     ap.add_argument("--samples", type=int, default=20000)
     ap.add_argument("--epochs", type=int, default=None, help="local epochs (W: 3)")
-    ap.add_argument("--tf32", default="on", choices=["on", "off"])
+    ap.add_argument("--tf32", default="default", choices=["default", "on", "off"])
     ap.add_argument("--fast-kernels", action="store_true")
     ap.add_argument("--cpu-reference", action="store_true")
     ap.add_argument("--profile", action="store_true")
@@ -68,13 +69,16 @@ def main() -> None:
     configure_determinism(args.threads)
     dev = torch.device(args.device)
     if dev.type == "cuda":
-        torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
-        torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
+        if args.tf32 != "default":
+            torch.backends.cudnn.allow_tf32 = args.tf32 == "on"
+            torch.backends.cuda.matmul.allow_tf32 = args.tf32 == "on"
         if args.fast_kernels:
             torch.use_deterministic_algorithms(False)
             torch.backends.cudnn.deterministic = False
             torch.backends.cudnn.benchmark = True
-        print(f"CUDA: TF32 {args.tf32}, deterministic kernels {not args.fast_kernels}")
+        print(f"CUDA: TF32 in convolutions {torch.backends.cudnn.allow_tf32}, in matrix "
+              f"products {torch.backends.cuda.matmul.allow_tf32}; deterministic kernels "
+              f"{not args.fast_kernels}")  # fmt: skip
     w = W.load("cnn_valid", args.samples)
     info, train = w.data.info, w.data.train
     model = w.model()

@@ -65,6 +65,17 @@ def check_vectorizable(model: nn.Module) -> None:
                          "buffers or frozen parameters)")  # fmt: skip
 
 
+def batched_forward(model: nn.Module):
+    """``(params stacked (A, ...), x (A, B, ...)) -> logits (A, B, classes)``: the model's own
+    ``forward_stacked`` where it has one, else ``torch.func.vmap`` of its ``forward``."""
+    stacked = getattr(model, "forward_stacked", None)
+    if stacked is not None:
+        return stacked
+    from torch.func import functional_call, vmap
+
+    return vmap(lambda p, x: functional_call(model, p, (x,)))
+
+
 class _Stream:
     """One client's batches in the per-client loop's order (same generators, same draws)."""
 
@@ -101,8 +112,6 @@ def local_update_many(
     device: torch.device | str = "cpu",
 ) -> list[LocalResult]:
     """ClientUpdate (§1.3) of every request at once; results in request order."""
-    from torch.func import functional_call, vmap
-
     check_vectorizable(model)
     device = torch.device(device)
     _move(model, device)
@@ -132,24 +141,10 @@ def local_update_many(
     lr = torch.tensor([r.lr for r in requests], device=device)
     mu = torch.tensor(mus, device=device)
 
-    def loss_fn(params, x, y, weight, count):
-        out = functional_call(model, params, (x,))
-        # cross-entropy as log_softmax and a gather (nll_loss under vmap is ~50x slower on CPU)
-        per_sample = -out.log_softmax(-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
-        return (per_sample * weight).sum() / count
-
-    # the forward is vmapped (or the model's own stacked forward) and the backward is plain
-    # autograd over the sum of the clients' losses (the clients are independent, so each stack
-    # row gets its own gradient, the same bits as torch.func.grad, which would import torch's
-    # compiler stack: ~150 MB a process)
-    batched_loss = vmap(loss_fn)
-    stacked = getattr(model, "forward_stacked", None)
-    if stacked is not None:
-
-        def batched_loss(params, x, y, weight, count):
-            out = stacked(params, x)
-            per_sample = -out.log_softmax(-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
-            return (per_sample * weight).sum(1) / count
+    # the forward is batched and the backward is plain autograd over the sum of the clients'
+    # losses (the clients are independent, so each stack row gets its own gradient, the same
+    # bits as torch.func.grad, which would import torch's compiler stack: ~150 MB a process)
+    forward = batched_forward(model)
 
     # each client's summed loss stays on the device (no synchronisation per step); a
     # non-finite loss keeps the sum non-finite, which is how the per-client loop's check reads
@@ -172,7 +167,11 @@ def local_update_many(
                                            info, augment, device)  # fmt: skip
         params = {n: take(P[n]).detach().requires_grad_(True) for n in names}
         with torch.enable_grad():
-            losses = batched_loss(params, x, y, weight, counts)
+            out = forward(params, x)
+            # per-sample cross-entropy as log_softmax and a gather; each client's loss is the
+            # mean over its real samples (the padding weighs 0)
+            per_sample = -out.log_softmax(-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+            losses = (per_sample * weight).sum(-1) / counts
             found = torch.autograd.grad(losses.sum(), list(params.values()), allow_unused=True)
             grads = dict(zip(names, found, strict=True))
         with torch.no_grad():

@@ -16,7 +16,7 @@ from ..models import init_model
 from ..rng import Purpose
 from ..state import int_buffers
 from ..training import LocalResult, configure_determinism, head_proxy, local_update
-from ..vectorized import TrainRequest, local_update_many
+from ..vectorized import TrainRequest, batched_forward, local_update_many
 from .records import ClientError, ClientOutcome, RunSetup
 
 
@@ -104,16 +104,7 @@ class ClientWorker:
             if s.cfg.engine.vectorize:  # the batched forward's first call (vmap's: ~1 s)
                 params = {k: torch.stack([p.detach()] * 2).requires_grad_(True)
                           for k, p in model.named_parameters()}  # fmt: skip
-                stacked = getattr(model, "forward_stacked", None)
-                if stacked is not None:
-                    out = stacked(params, torch.stack([x] * 2))
-                else:
-                    from torch.func import functional_call, vmap
-
-                    out = vmap(lambda p, x: functional_call(model, p, (x,)))(
-                        params, torch.stack([x] * 2)
-                    )
-                out.sum().backward()
+                batched_forward(model)(params, torch.stack([x] * 2)).sum().backward()
 
     # ----------------------------------------------------------------- running a task
 
