@@ -4,8 +4,11 @@ its own local Ray (2 CPUs, 2 client workers).
 
 Clients: about 20 synthetic 1×8×8 images each (IID), the shallow ``cnn`` (hidden 32), one
 local epoch at batch 20. Per configuration it reports the round time (median of rounds 2 to
-R-1, which evaluate nothing), the driver's peak PSS and the dataset's bytes (the driver holds
-every split), and the ratio of each round time to the 10,000-client run's.
+R-1, which evaluate nothing), the driver's peak PSS and peak RSS (RSS counts the object-store
+pages the driver maps whole, PSS shares them with the workers that map them too) and the
+dataset's bytes (the driver holds every split; the training split as a zero-copy view of the
+object store, where the engine's loader task put it), and the ratio of each round time to the
+10,000-client run's.
 
 The spill part runs MIFA, whose server keeps a memory y_i (one model vector) per client that
 ever took part, with the object store capped at ``--spill-store-mb``: the memories outgrow the
@@ -40,6 +43,15 @@ ROOT = Path(__file__).resolve().parent.parent
 def _pss(pid: int | str = "self") -> int:
     for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
         if line.startswith("Pss:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _rss(pid: int | str = "self") -> int:
+    """Resident memory with every mapped page counted whole (shared object-store pages too):
+    an upper bound beside PSS, which splits shared pages among the processes mapping them."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
 
@@ -126,6 +138,7 @@ def child(args: argparse.Namespace) -> dict:
         ray.init(**init)
     baseline = _pss()
     driver = Peak(_pss)
+    driver_rss = Peak(_rss)
     server_rss = {"peak": 0}
 
     def watch_server() -> None:  # the server actor's RSS, found by its name
@@ -153,7 +166,7 @@ def child(args: argparse.Namespace) -> dict:
     summary = run_fl(cfg, hooks=RunHooks(evaluate_test=False, tensorboard=False))
     stop.set()
     watcher.join()
-    peak = driver.stop()
+    peak, peak_rss = driver.stop(), driver_rss.stop()
     rounds = read_table(results, "rounds").sort_values("round")
     walls = rounds["round_wall_s"].tolist()[1:-1]
     # every split together: each sample's float32 image and int64 label
@@ -161,7 +174,8 @@ def child(args: argparse.Namespace) -> dict:
     dataset = d.synthetic_samples * (4 * math.prod(d.synthetic_shape) + 8)
     out = {
         "round_s": statistics.median(walls), "status": summary.status,
-        "driver_peak_pss": peak, "driver_baseline_pss": baseline, "dataset_bytes": dataset,
+        "driver_peak_pss": peak, "driver_peak_rss": peak_rss, "driver_baseline_pss": baseline,
+        "dataset_bytes": dataset,
         "server_memory_bytes": summary.row["server_memory_bytes"],
         "client_memory_bytes": summary.row["client_memory_bytes"],
         "server_peak_rss": server_rss["peak"], "server_first_rss": server_rss.get("first", 0),
@@ -224,7 +238,9 @@ def main() -> None:
             r = res[n] = launch(n, method, args)
             print(f"  {method:12s} {n:>7,} clients: {r['round_s']:6.2f} s/round, driver peak PSS "
                   f"{r['driver_peak_pss'] / gb:.2f} GB (dataset {r['dataset_bytes'] / gb:.2f} GB, "
-                  f"beyond it {(r['driver_peak_pss'] - r['dataset_bytes']) / gb:.2f} GB), "
+                  f"beyond it {(r['driver_peak_pss'] - r['dataset_bytes']) / gb:.2f} GB; "
+                  f"peak RSS {r['driver_peak_rss'] / gb:.2f} GB, beyond the dataset "
+                  f"{(r['driver_peak_rss'] - r['dataset_bytes']) / gb:.2f} GB), "
                   f"run {r['status']} in {r['wall']:.0f} s", flush=True)  # fmt: skip
         if 10000 in res:
             ref = res[10000]["round_s"]

@@ -9,9 +9,12 @@ numbers each of them consumes elsewhere.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where a torch stream is made: a process that only
+    import torch  # loads data (numpy streams) never imports it
 
 
 class Purpose(IntEnum):
@@ -69,6 +72,8 @@ def torch_generator(
     base_seed: int, purpose: Purpose, round_: int = NO_ROUND, client: int = NO_CLIENT
 ) -> torch.Generator:
     """A CPU torch.Generator for the stream ``(base_seed, purpose, round, client)``."""
+    import torch
+
     g = torch.Generator()
     g.manual_seed(torch_seed(base_seed, purpose, round_, client))
     return g

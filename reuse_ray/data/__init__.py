@@ -11,7 +11,19 @@ from .registry import (
     fetch,
     load_dataset,
 )
-from .transforms import crop_flip, to_tensor
+
+_TORCH = {"crop_flip", "to_tensor"}  # from .transforms, which imports torch
+
+
+def __getattr__(name: str):
+    """The batch transforms load on first use, so a process that only loads a dataset (the
+    Ray engine's loader task) does not import torch."""
+    if name in _TORCH:
+        from . import transforms
+
+        return getattr(transforms, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "ArraySplit",

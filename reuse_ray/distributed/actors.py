@@ -46,10 +46,12 @@ class ClientWorkerActor:
         self.worker: ClientWorker | None = None
 
     def _worker(self, setup_box: list) -> ClientWorker:
-        """The worker, built from the setup the box's object ref holds on first use (also
-        after Ray restarted this actor, whose constructor does not see the setup)."""
+        """The worker, built on first use (also after Ray restarted this actor, whose
+        constructor does not see the setup) from the box's refs: ``[setup, training split]``,
+        the split an object of its own, read zero-copy."""
         if self.worker is None:
-            self.worker = ClientWorker(ray.get(setup_box[0]), self.device)
+            setup, train = ray.get(setup_box)
+            self.worker = ClientWorker(dataclasses.replace(setup, train=train), self.device)
         return self.worker
 
     def load(self, setup_box: list) -> int:
@@ -60,7 +62,8 @@ class ClientWorkerActor:
     def run(self, task: ClientTask, w: np.ndarray,
             setup_box: list) -> tuple[ClientOutcome, tuple[bytes, ...], Any]:  # fmt: skip
         """(small metadata, the messages, the client's new local state). ``setup_box`` is
-        ``[setup_ref]``: nested, so Ray passes the ref itself, not the setup, on every call."""
+        ``[setup_ref, train_ref]``: nested, so Ray passes the refs, not the setup, on every
+        call."""
         out = self._worker(setup_box).run(task, _as_tensor(w))
         return dataclasses.replace(out, messages=(), local=None), out.messages, out.local
 

@@ -16,14 +16,17 @@ and the round.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import socket
 
 import ray
 import torch
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..algorithms.api import ClientTask, RoundPlan
-from ..config import RunConfig
+from ..config import DataConfig, RunConfig
+from ..data.registry import ArraySplit, FederatedData, default_root
 from ..engine.records import ClientOutcome, RoundReport, RunSetup
 from ..engine.round import play_round
 from ..engine.worker import vector_groups
@@ -133,7 +136,8 @@ class RayBackend:
         self.workers: list = []
         self.server = None
         self.device = "cpu"
-        self._setup_ref = None
+        self._setup_box: list = []
+        self._loaded: tuple = (None, None)  # (training split, its ref) from load_data
         self.sizes: dict[int, int] = {}
 
     def prepare(self) -> None:
@@ -165,15 +169,44 @@ class RayBackend:
         ]
         self.server = ServerActor.options(**self._named("server")).remote()
 
+    def load_data(self, data_cfg: DataConfig) -> FederatedData:
+        """Load the dataset in a short-lived task on the driver's node, so its arrays reach the
+        object store once and the driver reads them zero-copy: the driver never holds a private
+        copy of the training split beside the store's (at 100,000 clients that pair was the
+        driver's peak). The task's process imports the data layer only (not torch) and exits
+        when it returns; the objects are the driver's. A bad dataset raises its own one-line
+        error, as when the driver loads it."""
+        self.prepare()
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        root = str(default_root(data_cfg.root).resolve())  # the driver's root, cwd and env
+        train_ref, rest_ref = _load_remote.options(scheduling_strategy=here).remote(
+            dataclasses.replace(data_cfg, root=root)
+        )
+        try:
+            data, train = ray.get([rest_ref, train_ref])
+        except ray.exceptions.RayTaskError as err:
+            cause = getattr(err, "cause", None)
+            if isinstance(cause, UserError):
+                raise cause.with_traceback(None) from None
+            raise
+        data.train = train
+        self._loaded = (train, train_ref)
+        return data
+
     def start(self, setup: RunSetup) -> None:
-        """The setup goes to the object store once; every actor builds from it and the
-        workers warm up; this returns when all are ready, so round 1 runs warm."""
+        """The setup goes to the object store once, its training split as an object of its own
+        (the one :meth:`load_data` made, when the setup holds it); every actor builds from
+        them and the workers warm up; this returns when all are ready, so round 1 runs warm."""
         self.prepare()
         self.sizes = {i: len(p) for i, p in enumerate(setup.partitions)}
         _ship_method_code(setup)
-        setup_ref = ray.put(setup)  # arrays go to the object store once per run
-        self._setup_ref = setup_ref  # held for the run, so restarted actors can rebuild
-        ray.get([w.load.remote([setup_ref]) for w in self.workers]
+        loaded, loaded_ref = self._loaded
+        train_ref = loaded_ref if setup.train is loaded else ray.put(setup.train)
+        setup_ref = ray.put(dataclasses.replace(setup, train=None))  # the server needs no data
+        # held for the run, so restarted actors can rebuild; nested in a list so Ray passes
+        # the refs themselves on every call
+        self._setup_box = [setup_ref, train_ref]
+        ray.get([w.load.remote(self._setup_box) for w in self.workers]
                 + [self.server.load.remote(setup_ref)])  # fmt: skip
         self.restarts = 0
         self._snap_ref = None
@@ -181,7 +214,7 @@ class RayBackend:
 
     def shared_train(self):
         """The training split as the workers see it: read zero-copy from the object store."""
-        return ray.get(self._setup_ref).train
+        return ray.get(self._setup_box[1])
 
     # ------------------------------------------------------------ the server survives its actor
 
@@ -227,7 +260,7 @@ class RayBackend:
             pass
         self.restarts += 1
         self.server = ServerActor.options(**self._named(f"server-{self.restarts}")).remote(
-            self._setup_ref
+            self._setup_box[0]
         )
         ray.get(self.server.restore.remote(self._snap_ref))
         for t, selected in self._since:
@@ -235,7 +268,7 @@ class RayBackend:
 
     def _play(self, t: int, selected: list[int]) -> RoundReport:
         e = self.cfg.engine
-        pool = RayPool(self.workers, self.sizes, self._setup_ref,
+        pool = RayPool(self.workers, self.sizes, self._setup_box,
                        e.vectorize_group if e.vectorize else 0)  # fmt: skip
         return play_round(RemoteServer(self.server), pool, t, selected)
 
@@ -286,8 +319,20 @@ class RayBackend:
             ray.kill(w, no_restart=True)
         if self.server is not None:
             ray.kill(self.server, no_restart=True)
-        self.workers, self.server, self._setup_ref = [], None, None
+        self.workers, self.server, self._setup_box = [], None, []
+        self._loaded = (None, None)
         self._snap_ref = None
+
+
+@ray.remote(num_cpus=0, max_calls=1, num_returns=2, max_retries=0)
+def _load_remote(data_cfg: DataConfig) -> tuple[ArraySplit, FederatedData]:
+    """The dataset, as (its training split, the rest): two objects, so the workers' setup can
+    name the training split alone. ``max_calls=1``: the process exits once they are stored."""
+    from ..data.registry import load_dataset
+
+    data = load_dataset(data_cfg)
+    train, data.train = data.train, None
+    return train, data
 
 
 def _ship_method_code(setup: RunSetup) -> None:
@@ -309,11 +354,12 @@ Result = tuple[ray.ObjectRef, ray.ObjectRef, ray.ObjectRef]
 class RayPool:
     """Client tasks over a pool of worker actors, largest clients first (LPT)."""
 
-    def __init__(self, workers: list, sizes: dict[int, int], setup_ref: ray.ObjectRef,
+    def __init__(self, workers: list, sizes: dict[int, int], setup_box: list,
                  vectorize_group: int = 0):  # fmt: skip
-        """``vectorize_group`` > 0: tasks go to workers in the vectorized groups of
+        """``setup_box``: ``[setup ref, training split ref]`` (:meth:`ClientWorkerActor.load`).
+        ``vectorize_group`` > 0: tasks go to workers in the vectorized groups of
         :func:`~reuse_ray.engine.worker.vector_groups` (one call trains a group)."""
-        self.workers, self.sizes, self.setup_box = workers, sizes, [setup_ref]
+        self.workers, self.sizes, self.setup_box = workers, sizes, setup_box
         self.vectorize_group = vectorize_group
 
     def run(self, tasks: list[ClientTask], w_ref: ray.ObjectRef) -> list[Result]:

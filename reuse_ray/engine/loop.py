@@ -258,8 +258,8 @@ def run_fl(
         prepare = getattr(backend, "prepare", None)
         if prepare is not None:
             prepare()  # a remote backend's workers start while the data loads
-        if data is None:
-            data = load_dataset(cfg.data)
+        if data is None:  # a remote backend loads it into its object store
+            data = getattr(backend, "load_data", load_dataset)(cfg.data)
         if not hooks.evaluate_test:
             data.forbid_test()  # a validation-only stage provably never reads the test split
         parts = partition_clients(cfg, data)

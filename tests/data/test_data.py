@@ -191,3 +191,14 @@ def test_synthetic_data_drawn_in_chunks_equals_one_draw(monkeypatch):
     assert np.array_equal(d.train.x, x[rest][keep]) and np.array_equal(d.train.y, y[rest][keep])
     assert np.array_equal(d.val.x, x[rest][val]) and np.array_equal(d.test().x, x[test])
     assert d.train.x.dtype == np.float32
+
+
+def test_loading_a_dataset_imports_no_torch():
+    """The Ray engine's loader task imports the data layer only: its process stays small."""
+    import subprocess
+    import sys
+
+    code = ("import sys, reuse_ray.config, reuse_ray.data.registry; "
+            "print('torch' in sys.modules)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

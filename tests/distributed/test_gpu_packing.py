@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import ray
 from conftest import small_config
@@ -25,11 +27,12 @@ def test_four_quarter_gpu_workers_share_the_gpu_and_a_fifth_waits(tmp_path):
     assert pool_size_from_resources(ray.cluster_resources(), clients_per_round=10,
                                     use_gpu=True, gpu_fraction=0.25) == 4  # fmt: skip
     cfg = small_config(tmp_path)
-    setup_ref = ray.put(make_setup(cfg, *prepare_data(cfg))[0])
+    setup = make_setup(cfg, *prepare_data(cfg))[0]
+    box = [ray.put(replace(setup, train=None)), ray.put(setup.train)]
     opts = {"num_gpus": 0.25, "num_cpus": 0}
     workers = [ClientWorkerActor.options(**opts).remote("cpu") for _ in range(5)]
     try:
-        pids = [w.load.remote([setup_ref]) for w in workers]  # built and warmed up
+        pids = [w.load.remote(box) for w in workers]  # built and warmed up
         # four processes import torch and warm up on two cores: on a busy CI machine one of
         # them once took over 120 s, so the bound is generous (a hang still fails)
         ready, _ = ray.wait(pids[:4], num_returns=4, timeout=300)

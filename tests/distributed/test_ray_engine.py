@@ -12,9 +12,10 @@ import numpy as np
 import pandas as pd
 import pytest
 import ray
-from conftest import small_config
+from conftest import small_config, write_pathmnist
 
-from reuse_ray.config import EngineConfig
+from reuse_ray.config import DataConfig, EngineConfig
+from reuse_ray.data import DatasetUnavailableError, load_dataset
 from reuse_ray.distributed import RayBackend, pool_size_from_resources
 from reuse_ray.engine import ClientError, run_fl
 from reuse_ray.results import TIMING_COLUMNS, read_table
@@ -289,3 +290,40 @@ def test_client_worker_processes_import_no_analysis_stack():
             "'sklearn', 'analysis') if m in sys.modules))")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_driver_reads_the_dataset_the_loader_task_put_in_the_store(tmp_path, monkeypatch):
+    """The Ray engine loads the data in a task on the driver's node: the driver's arrays are
+    zero-copy (read-only) views of the object store, equal to a local load, from the driver's
+    data root (its environment, not the task's); the workers' split is the same object."""
+    write_pathmnist(tmp_path / "envroot")
+    monkeypatch.setenv("REUSE_RAY_DATA", str(tmp_path / "envroot"))
+    cfg = _ray(small_config(tmp_path, data__name="pathmnist", fl__num_clients=4,
+                            fl__clients_per_round=2, fl__rounds=1))  # fmt: skip
+    backend = RayBackend(cfg)
+    try:
+        data = backend.load_data(cfg.data)
+        ref = load_dataset(DataConfig(name="pathmnist"))
+        for got, want in ((data.train, ref.train), (data.val, ref.val), (data.test(), ref.test())):
+            assert np.array_equal(got.x, want.x) and np.array_equal(got.y, want.y)
+        assert not data.train.x.flags.writeable and not data.val.x.flags.writeable
+        start, same = backend.start, []
+
+        def start_and_look(setup):
+            start(setup)
+            same.append(backend._setup_box[1] == backend._loaded[1])  # no second copy
+
+        backend.start = start_and_look
+        assert run_fl(cfg, backend=backend, data=data).status == "finished"
+        assert same == [True]
+    finally:
+        backend.close()
+
+
+def test_a_missing_dataset_on_the_ray_engine_is_its_one_line_error(tmp_path):
+    cfg = _ray(small_config(tmp_path, data__name="mnist", data__root=str(tmp_path / "empty")))
+    with pytest.raises(DatasetUnavailableError) as exc:
+        run_fl(cfg)
+    msg = str(exc.value)
+    assert "\n" not in msg and "'mnist'" in msg and "reuse-ray fetch" in msg
+    assert type(exc.value) is DatasetUnavailableError  # not Ray's wrapper, no remote traceback
