@@ -8,9 +8,11 @@ work).
 
 Arms, each launched as a fresh process (``--arms``):
   plain-2t  a plain PyTorch FedAvg loop, no framework, 2 threads (its best on 2 cores)
+  plain-2t-cl  the same loop with channels-last convolution weights (what ``ray-cl`` runs)
   plain-1t  the same loop at 1 thread
   local     reuse_ray's sequential local engine (1 thread)
   ray       reuse_ray's Ray engine (client-worker actors of 1 CPU, 1 thread each)
+  ray-cl    the Ray engine with ``engine.channels_last: true`` (channels-last convolutions)
   flower    Flower 1.42's simulation runtime (``peer_flower.py``, 2 actors × 1 CPU), run by
             the interpreter ``--flower-python`` names (its own venv: see peer_flower.py)
 
@@ -41,19 +43,22 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-ARMS = ("plain-2t", "plain-1t", "local", "ray", "flower")
+ARMS = ("plain-2t", "plain-2t-cl", "plain-1t", "local", "ray", "ray-cl", "flower")
 
 
 # ------------------------------------------------------------------ the arms (child processes)
 
 
-def child_plain(model: str, rounds: int, samples: int, threads: int) -> dict:
+def child_plain(model: str, rounds: int, samples: int, threads: int,
+                channels_last: bool = False) -> dict:  # fmt: skip
     import torch
     import workload_w as W
 
     torch.set_num_threads(threads)
     w = W.load(model, samples)
     net = w.model()
+    if channels_last:
+        net.to(memory_format=torch.channels_last)
     state = {k: v.clone() for k, v in net.state_dict().items()}
     stamps: dict = {"start1": time.time(), "ends": []}
     for t in range(1, rounds + 1):
@@ -91,15 +96,18 @@ class _Stamped:
         return report
 
 
-def child_engine(model: str, rounds: int, samples: int, backend: str) -> dict:
+def child_engine(model: str, rounds: int, samples: int, arm: str) -> dict:
     import workload_w as W
 
     from reuse_ray.config import RunConfig, from_dict
     from reuse_ray.engine import RunHooks, make_backend, run_fl
 
     stamps: dict = {"ends": []}
-    results = tempfile.mkdtemp(prefix=f"overhead-{backend}-")
-    cfg = from_dict(RunConfig, W.run_config(model, rounds, samples, backend, results))
+    backend = arm.removesuffix("-cl")
+    results = tempfile.mkdtemp(prefix=f"overhead-{arm}-")
+    raw = W.run_config(model, rounds, samples, backend, results)
+    raw["engine"]["channels_last"] = arm.endswith("-cl")
+    cfg = from_dict(RunConfig, raw)
     hooks = RunHooks(on_round=lambda _row, _blob: stamps["ends"].append(time.time()),
                      evaluate_test=False, tensorboard=False)  # fmt: skip
     run_fl(cfg, backend=_Stamped(make_backend(cfg), stamps), hooks=hooks)
@@ -108,8 +116,9 @@ def child_engine(model: str, rounds: int, samples: int, backend: str) -> dict:
 
 def run_child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
-    if args.child in ("plain-1t", "plain-2t"):
-        out = child_plain(args.model, args.rounds, args.samples, int(args.child[6]))
+    if args.child.startswith("plain-"):
+        out = child_plain(args.model, args.rounds, args.samples, int(args.child[6]),
+                          args.child.endswith("-cl"))  # fmt: skip
     else:
         out = child_engine(args.model, args.rounds, args.samples, args.child)
     print("RESULT " + json.dumps(out), flush=True)
@@ -197,7 +206,7 @@ def main() -> None:
     ap.add_argument("--flower-python", default=os.environ.get("REUSE_RAY_FLOWER_PYTHON"),
                     help="the Flower venv's python (default $REUSE_RAY_FLOWER_PYTHON; "
                          "without it the flower arm is left out)")  # fmt: skip
-    ap.add_argument("--child", choices=ARMS[:4], help=argparse.SUPPRESS)
+    ap.add_argument("--child", choices=ARMS[:-1], help=argparse.SUPPRESS)
     ap.add_argument("--model", default="cnn_valid", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:

@@ -380,9 +380,17 @@ class EngineConfig:
     # run id; both engines form the same groups and give identical results
     vectorize: bool = False
     vectorize_group: int = 16
+    # keep convolution weights and activations channels-last (NHWC): oneDNN's CPU kernels and
+    # GPU tensor cores are faster on it. The convolutions round differently from the default
+    # channels-first layout, so such a run has its own run id; each layout is deterministic
+    # and both engines give identical results with either
+    channels_last: bool = False
 
     def __post_init__(self) -> None:
         _check_choice("backend", self.backend, BACKENDS)
+        if self.channels_last and self.vectorize:
+            raise ConfigError("channels_last", "applies to the per-client loop; allowed with "
+                              "engine.vectorize: false only")  # fmt: skip
         _check_range("vectorize_group", self.vectorize_group, 1)
         _check_range("num_workers", self.num_workers, 0)
         _check_range("cpu_per_worker", self.cpu_per_worker, 0.0, lo_open=True)
@@ -419,13 +427,15 @@ class RunConfig:
         payload = {k: v for k, v in flatten(self).items() if not _is_non_identity(k)}
         if self.engine.vectorize:
             payload["engine.vectorize_group"] = self.engine.vectorize_group
+        if self.engine.channels_last:
+            payload["engine.channels_last"] = True
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
         return f"{self.method.name}-{digest[:12]}"
 
 
 def _is_non_identity(key: str) -> bool:
-    """Keys that do not change a run's numbers. ``engine.vectorize`` does (float tolerance):
-    :meth:`RunConfig.run_id` keeps it, and its group size, when it is on."""
+    """Keys that do not change a run's numbers. ``engine.vectorize`` and
+    ``engine.channels_last`` do (rounding): :meth:`RunConfig.run_id` keeps them when on."""
     return key == "results_dir" or key.startswith("engine.") or key == "data.root"
 
 

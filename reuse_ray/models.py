@@ -125,6 +125,17 @@ def init_model(
         return build_model(name, shape, num_classes, hidden)
 
 
+def set_memory_format(model: nn.Module, channels_last: bool) -> nn.Module:
+    """Keep the model's 4-D weights channels-last (``engine.channels_last``); a convolution
+    with such weights runs channels-last whatever its input's layout. Loading a flat state
+    (:meth:`~reuse_ray.state.StateLayout.load` copies in place) keeps the layout, and
+    flattening reads the values in their logical order, so states and deltas are the same
+    vectors either way."""
+    if channels_last:
+        model.to(memory_format=torch.channels_last)
+    return model
+
+
 def head_parameter_names(model: nn.Module) -> list[str]:
     """Names of the head parameters: those containing 'classifier' or 'fc' (§2.3.4)."""
     return [n for n, _ in model.named_parameters() if any(k in n for k in HEAD_KEYS)]

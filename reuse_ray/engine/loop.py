@@ -31,7 +31,7 @@ from ..config import RunConfig, flatten, to_dict
 from ..data import class_counts, load_dataset, make_partition
 from ..data.registry import FederatedData
 from ..errors import UserError
-from ..models import head_parameter_names, init_model, resolve_model_name
+from ..models import head_parameter_names, init_model, resolve_model_name, set_memory_format
 from ..participation import participation_probs
 from ..results import RunWriter
 from ..results.storage import Storage, anchored
@@ -150,6 +150,7 @@ def make_setup(
     info = data.info
     model_name = resolve_model_name(cfg.model.name, cfg.data.name)
     model = init_model(model_name, info.shape, info.num_classes, cfg.seed, cfg.model.hidden)
+    set_memory_format(model, cfg.engine.channels_last)  # the driver validates with it
     layout = StateLayout.from_model(model)
     if cfg.engine.vectorize:
         try:

@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from ..algorithms.api import ClientTask
-from ..models import init_model
+from ..models import init_model, set_memory_format
 from ..rng import Purpose
 from ..state import int_buffers
 from ..training import LocalResult, configure_determinism, head_proxy, local_update
@@ -40,9 +40,11 @@ class ClientWorker:
         configure_determinism(cfg.train.threads)
         self.setup = setup
         self.device = device
-        self.model = init_model(
-            setup.model_name, setup.info.shape, setup.info.num_classes, cfg.seed, cfg.model.hidden
-        )
+        self.model = set_memory_format(
+            init_model(setup.model_name, setup.info.shape, setup.info.num_classes, cfg.seed,
+                       cfg.model.hidden),
+            cfg.engine.channels_last,
+        )  # fmt: skip
         self.layout = setup.layout
         self.int_buffers = int_buffers(self.model)
         self._stage = "client work"

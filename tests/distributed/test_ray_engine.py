@@ -116,6 +116,18 @@ def test_vectorized_groups_on_ray_are_bit_identical_to_local(tmp_path, method):
         pd.testing.assert_frame_equal(local[table], theirs[table], check_exact=True)
 
 
+def test_channels_last_on_ray_is_bit_identical_to_local(tmp_path):
+    cfgs = {}
+    for backend in ("local", "ray"):
+        cfg = small_config(tmp_path / backend, **METHODS["dg_fedreuse"])
+        cfgs[backend] = dataclasses.replace(cfg, engine=EngineConfig(
+            backend=backend, num_workers=2, channels_last=True))  # fmt: skip
+        assert run_fl(cfgs[backend]).status == "finished"
+    local, theirs = (_frames(cfgs[b].results_dir) for b in ("local", "ray"))
+    for table in local:
+        pd.testing.assert_frame_equal(local[table], theirs[table], check_exact=True)
+
+
 def _started_backend(cfg) -> RayBackend:
     """A started Ray backend on the digits CNN, for driving rounds by hand."""
     from reuse_ray.engine import make_setup, prepare_data

@@ -362,3 +362,38 @@ def test_a_hook_that_raises_on_an_overlapped_round_records_it_once(tmp_path):
         run_fl(cfg, backend=_OverlappingBackend(), hooks=RunHooks(on_round=stop_at_round_2))
     rounds = read_table(cfg.results_dir, "rounds")
     assert sorted(rounds["round"]) == [1, 2]  # each once, though round 3 had already trained
+
+
+@pytest.mark.parametrize("augment", ["none", "crop_flip"])
+def test_channels_last_local_update_matches_the_default_layout(augment):
+    """``engine.channels_last``: the same ClientUpdate with channels-last convolutions — every
+    element of Δ within float tolerance, the weights stay channels-last through a load."""
+    import torch
+
+    from reuse_ray.models import init_model, set_memory_format
+    from reuse_ray.state import StateLayout
+    from reuse_ray.training import local_update
+
+    data = load_dataset(DataConfig(name="digits"))
+    deltas = []
+    for cl in (False, True):
+        model = set_memory_format(init_model("cnn", data.info.shape, 10, seed=3, hidden=32), cl)
+        layout = StateLayout.from_model(model)
+        w0 = layout.flatten(model)
+        res = local_update(model, layout, w0, {}, data.train, np.arange(150), data.info,
+                           seed=5, round_=1, client=2, epochs=2, batch_size=32, lr=0.05,
+                           momentum=0.9, weight_decay=1e-4, augment=augment)  # fmt: skip
+        weight = model.conv2.weight  # 32 input channels (conv1's single one fits both layouts)
+        assert weight.is_contiguous(memory_format=torch.channels_last) == cl
+        assert weight.is_contiguous() != cl
+        deltas.append(res.delta)
+    assert torch.allclose(deltas[0], deltas[1], rtol=0, atol=1e-5)
+
+
+def test_channels_last_runs_have_their_own_run_id_and_refuse_vectorize(tmp_path):
+    base = small_config(tmp_path)
+    cl = dataclasses.replace(base, engine=dataclasses.replace(base.engine, channels_last=True))
+    assert cl.run_id != base.run_id
+    assert run_fl(cl).status == "finished"
+    with pytest.raises(ValueError, match="engine.channels_last"):
+        small_config(tmp_path, engine__channels_last=True, engine__vectorize=True)
