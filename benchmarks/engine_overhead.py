@@ -9,7 +9,7 @@ work).
 Arms, each launched as a fresh process (``--arms``):
   plain-2t  a plain PyTorch FedAvg loop, no framework, 2 threads (its best on 2 cores)
   plain-2t-cl  the same loop with channels-last convolution weights (what ``ray-cl`` runs)
-  plain-1t  the same loop at 1 thread
+  plain-1t  the same loop at 1 thread (plain-1t-cl: channels-last)
   local     reuse_ray's sequential local engine (1 thread)
   ray       reuse_ray's Ray engine (client-worker actors of 1 CPU, 1 thread each)
   ray-cl    the Ray engine with ``engine.channels_last: true`` (channels-last convolutions)
@@ -43,7 +43,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-ARMS = ("plain-2t", "plain-2t-cl", "plain-1t", "local", "ray", "ray-cl", "flower")
+ARMS = ("plain-2t", "plain-2t-cl", "plain-1t", "plain-1t-cl", "local", "ray", "ray-cl", "flower")
 
 
 # ------------------------------------------------------------------ the arms (child processes)

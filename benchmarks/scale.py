@@ -169,11 +169,16 @@ def child(args: argparse.Namespace) -> dict:
     peak, peak_rss = driver.stop(), driver_rss.stop()
     rounds = read_table(results, "rounds").sort_values("round")
     walls = rounds["round_wall_s"].tolist()[1:-1]
+    # clients that trained in those rounds (DG-FedReuse reuses the caches of clients seen
+    # before, which are more frequent among 10,000 clients than among 100,000)
+    events = read_table(results, "client_events")
+    timed = events[events["round"].isin(rounds["round"].tolist()[1:-1])]
+    trained = int(timed["local_steps"].gt(0).sum()) / max(len(walls), 1)
     # every split together: each sample's float32 image and int64 label
     d = cfg.data
     dataset = d.synthetic_samples * (4 * math.prod(d.synthetic_shape) + 8)
     out = {
-        "round_s": statistics.median(walls), "status": summary.status,
+        "round_s": statistics.median(walls), "status": summary.status, "trained": trained,
         "driver_peak_pss": peak, "driver_peak_rss": peak_rss, "driver_baseline_pss": baseline,
         "dataset_bytes": dataset,
         "server_memory_bytes": summary.row["server_memory_bytes"],
@@ -236,7 +241,8 @@ def main() -> None:
         res = {}
         for n in sizes:
             r = res[n] = launch(n, method, args)
-            print(f"  {method:12s} {n:>7,} clients: {r['round_s']:6.2f} s/round, driver peak PSS "
+            print(f"  {method:12s} {n:>7,} clients: {r['round_s']:6.2f} s/round "
+                  f"({r['trained']:.0f} clients trained a round), driver peak PSS "
                   f"{r['driver_peak_pss'] / gb:.2f} GB (dataset {r['dataset_bytes'] / gb:.2f} GB, "
                   f"beyond it {(r['driver_peak_pss'] - r['dataset_bytes']) / gb:.2f} GB; "
                   f"peak RSS {r['driver_peak_rss'] / gb:.2f} GB, beyond the dataset "
