@@ -327,6 +327,16 @@ def load_dataset(cfg) -> FederatedData:
     return loader(cfg)
 
 
+def load_apart(cfg) -> tuple[ArraySplit, FederatedData]:
+    """:func:`load_dataset` as (the training split, the rest with ``train=None``): the Ray
+    engine's loader task returns them as two objects, so the workers' setup can name the
+    training split alone. It lives here, in a module without torch, because a task's function
+    is imported by module in the process that runs it."""
+    data = load_dataset(cfg)
+    train, data.train = data.train, None
+    return train, data
+
+
 FETCHABLE = ("mnist", "fashionmnist", "emnist_balanced", "cifar10", "cifar100", "pathmnist")
 MEDMNIST_SIZES = (28, 64, 128, 224)
 

@@ -26,7 +26,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..algorithms.api import ClientTask, RoundPlan
 from ..config import DataConfig, RunConfig
-from ..data.registry import ArraySplit, FederatedData, default_root
+from ..data.registry import FederatedData, default_root, load_apart, load_dataset
 from ..engine.records import ClientOutcome, RoundReport, RunSetup
 from ..engine.round import play_round
 from ..engine.worker import vector_groups
@@ -177,6 +177,10 @@ class RayBackend:
         when it returns; the objects are the driver's. A bad dataset raises its own one-line
         error, as when the driver loads it."""
         self.prepare()
+        from ray.util.client import ray as ray_client
+
+        if ray_client.is_connected():  # a ray:// client: the files are on this machine
+            return load_dataset(data_cfg)
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         root = str(default_root(data_cfg.root).resolve())  # the driver's root, cwd and env
         train_ref, rest_ref = _load_remote.options(scheduling_strategy=here).remote(
@@ -324,15 +328,9 @@ class RayBackend:
         self._snap_ref = None
 
 
-@ray.remote(num_cpus=0, max_calls=1, num_returns=2, max_retries=0)
-def _load_remote(data_cfg: DataConfig) -> tuple[ArraySplit, FederatedData]:
-    """The dataset, as (its training split, the rest): two objects, so the workers' setup can
-    name the training split alone. ``max_calls=1``: the process exits once they are stored."""
-    from ..data.registry import load_dataset
-
-    data = load_dataset(data_cfg)
-    train, data.train = data.train, None
-    return train, data
+# the dataset as (its training split, the rest): two objects owned by the driver. The function
+# comes from a module without torch, and ``max_calls=1`` ends the process once they are stored
+_load_remote = ray.remote(num_cpus=0, max_calls=1, num_returns=2, max_retries=0)(load_apart)
 
 
 def _ship_method_code(setup: RunSetup) -> None:

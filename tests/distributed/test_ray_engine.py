@@ -332,6 +332,15 @@ def test_the_driver_reads_the_dataset_the_loader_task_put_in_the_store(tmp_path,
         backend.close()
 
 
+def test_the_loader_task_imports_no_torch():
+    """A task's function is imported by module where it runs: the loader's is the data
+    registry's (which imports no torch, tests/data), not the backend's (which does)."""
+    from reuse_ray.distributed.backend import _load_remote
+
+    pickled = ray.cloudpickle.dumps(_load_remote._function)
+    assert b"reuse_ray.data.registry" in pickled and b"distributed" not in pickled
+
+
 def test_a_missing_dataset_on_the_ray_engine_is_its_one_line_error(tmp_path):
     cfg = _ray(small_config(tmp_path, data__name="mnist", data__root=str(tmp_path / "empty")))
     with pytest.raises(DatasetUnavailableError) as exc:
