@@ -4,7 +4,8 @@ clients on the Ray engine.
 Where CUDA is visible, this
 
 1. runs the paper-preset DG-FedReuse on synthetic CIFAR-shaped data with ResNet-18 on the local
-   engine, AMP on and off (same seed), and says whether both finish with finite losses;
+   engine, AMP on and off (same seed), and says whether both finish with finite losses; then
+   AMP on with ``engine.channels_last`` (the layout tensor cores prefer), with its s/round;
 2. starts Ray and runs the same with ``engine.gpu_fraction = 0.25`` and 4 workers, printing the
    GPU ids each worker actor was given and the run's outcome;
 3. runs workload W (``workload_w.py``, FedAvg, ``cnn_valid``) on the Ray engine with 4
@@ -132,21 +133,22 @@ def vectorize_check(rounds: int, per_round: int, group: int, device: str) -> Non
 
 
 def amp_check(rounds: int) -> None:
-    """The local engine on CUDA: DG-FedReuse with ResNet-18, AMP on and off, same seed."""
+    """The local engine on CUDA: DG-FedReuse with ResNet-18, AMP on and off, same seed; and AMP
+    on with channels-last convolutions."""
     from reuse_ray.config import RunConfig, from_dict, load_config_dict
     from reuse_ray.engine import run_fl
     from reuse_ray.results import read_table
 
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
     rows = {}
-    for amp in (True, False):
+    for amp, cl in ((True, False), (False, False), (True, True)):
         base = load_config_dict("configs/dg_paper.yaml")
         base.update(
             data={"name": "synthetic", "synthetic_samples": 6000,
                   "synthetic_shape": [3, 32, 32]},
             model={"name": "resnet18"},
             train=dict(base["train"], amp=amp),
-            engine={"backend": "local", "device": "cuda"},
+            engine={"backend": "local", "device": "cuda", "channels_last": cl},
             results_dir=tempfile.mkdtemp(prefix="amp-check-"),
         )  # fmt: skip
         base["fl"] = dict(base["fl"], rounds=rounds, eval_every=rounds)
@@ -154,13 +156,13 @@ def amp_check(rounds: int) -> None:
         t0 = time.perf_counter()
         s = run_fl(cfg)
         ev = read_table(cfg.results_dir, "client_events")
-        rows[amp] = (s, ev)
-        print(f"local engine on CUDA, amp={amp}: status={s.status}, "
+        rows[amp, cl] = (s, ev)
+        print(f"local engine on CUDA, amp={amp}, channels_last={cl}: status={s.status}, "
               f"val_acc={s.row['final_val_acc']:.4f}, test_acc={s.row['test_acc']:.4f}, "
               f"saving={s.row['cum_saving_restricted']:.5f}, "
               f"finite losses={bool(ev['train_loss'].dropna().map(float).notna().all())}, "
               f"{(time.perf_counter() - t0) / rounds:.2f} s/round")  # fmt: skip
-    ea, ef = rows[True][1], rows[False][1]
+    ea, ef = rows[True, False][1], rows[False, False][1]
     keys = ["round", "client_id", "decision"]
     same_plan = ea[keys].equals(ef[keys])
     print(f"AMP vs fp32: same selections and decisions: {same_plan}; fresh uplink bytes equal: "
