@@ -349,8 +349,38 @@ def _ship_method_code(setup: RunSetup) -> None:
 Result = tuple[ray.ObjectRef, ray.ObjectRef, ray.ObjectRef]
 
 
+DISPATCH_SPREAD = 4  # a batch holds at most 1 / (spread × workers) of the work still queued
+
+
+def dispatch_batches(costs: list[int], workers: int, items: list, spread: int = DISPATCH_SPREAD
+                     ) -> list[list]:  # fmt: skip
+    """Cut ``items`` (already in LPT order, largest first; ``costs`` theirs) into the batches
+    one worker call runs back to back: each batch takes items while its cost stays within
+    the work still queued ÷ (``spread`` × ``workers``), and at least one item. Large clients
+    therefore go alone, as in plain LPT, and small ones travel together, in batches that
+    shrink towards the round's end, so the workers finish together. Where a call's round trip
+    is comparable to a client's training (many small clients, or a GPU), the workers would
+    otherwise idle between calls. Results do not depend on the batching: every client is
+    computed from the same inputs, whichever call runs it."""
+    batches: list[list] = []
+    remaining = sum(costs)
+    k = 0
+    while k < len(items):
+        target = remaining / (spread * max(workers, 1))
+        batch, cost = [items[k]], costs[k]
+        k += 1
+        while k < len(items) and cost + costs[k] <= target:
+            batch.append(items[k])
+            cost += costs[k]
+            k += 1
+        batches.append(batch)
+        remaining -= cost
+    return batches
+
+
 class RayPool:
-    """Client tasks over a pool of worker actors, largest clients first (LPT)."""
+    """Client tasks over a pool of worker actors, largest clients first (LPT), small ones in
+    batches (:func:`dispatch_batches`)."""
 
     def __init__(self, workers: list, sizes: dict[int, int], setup_box: list,
                  vectorize_group: int = 0):  # fmt: skip
@@ -364,24 +394,26 @@ class RayPool:
         """Run every task on idle workers; the refs come back in client order."""
         refs: dict[int, list[ray.ObjectRef]] = {}
         pending: dict[ray.ObjectRef, int] = {}
+
+        def cost(group: list[ClientTask]) -> int:
+            return sum(self.sizes.get(x.client, 0) for x in group)
+
         # largest clients (or groups) first (LPT scheduling) keeps the pool busy until the
         # round's end; results do not depend on which worker runs what, or in which order
         if self.vectorize_group:
-            units = vector_groups(tasks, self.vectorize_group)
+            queue = sorted(vector_groups(tasks, self.vectorize_group),
+                           key=lambda g: (-cost(g), g[0].client))  # fmt: skip
         else:
-            units = [[t] for t in tasks]
-        queue = sorted(units, key=lambda g: (-sum(self.sizes.get(x.client, 0) for x in g),
-                                             g[0].client))  # fmt: skip
+            lpt = sorted(tasks, key=lambda x: (-self.sizes.get(x.client, 0), x.client))
+            queue = dispatch_batches([self.sizes.get(x.client, 0) for x in lpt],
+                                     len(self.workers), lpt)  # fmt: skip
         idle = list(range(len(self.workers)))
         while queue or pending:
             while queue and idle:
                 group, wid = queue.pop(0), idle.pop(0)
-                if self.vectorize_group:
-                    run = self.workers[wid].run_group.options(num_returns=3 * len(group))
-                    out = run.remote(group, w_ref, self.setup_box)
-                else:
-                    run = self.workers[wid].run.options(num_returns=3)
-                    out = run.remote(group[0], w_ref, self.setup_box)
+                method = "run_group" if self.vectorize_group else "run_many"
+                run = getattr(self.workers[wid], method).options(num_returns=3 * len(group))
+                out = run.remote(group, w_ref, self.setup_box)
                 for k, task in enumerate(group):
                     refs[task.client] = out[3 * k : 3 * k + 3]
                 pending[out[0]] = wid

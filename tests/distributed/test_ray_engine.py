@@ -280,6 +280,22 @@ def test_unretryable_client_failure_names_client_and_round(tmp_path):
     assert len(read_table(cfg.results_dir, "clients")) == 10  # what was written stays readable
 
 
+def test_dispatch_batches_keep_lpt_order_and_shrink_to_single_clients():
+    from reuse_ray.distributed.backend import dispatch_batches
+
+    # hand case: 8 unit costs, 1 worker, spread 2 — targets 8/2, 4/2, 2/2, 1/2
+    assert dispatch_batches([1] * 8, 1, list("abcdefgh"), spread=2) == [
+        list("abcd"), list("ef"), ["g"], ["h"]]  # fmt: skip
+    # a client larger than the target goes alone; the small ones after it travel together
+    costs = [50, 10, 10, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]
+    out = dispatch_batches(costs, 2, list(range(len(costs))), spread=1)
+    assert out[0] == [0] and [x for b in out for x in b] == list(range(len(costs)))
+    assert len(out) < len(costs) and len(out[-1]) == 1
+    many = dispatch_batches([1] * 1000, 2, list(range(1000)))
+    assert [x for b in many for x in b] == list(range(1000)) and len(many) < 100
+    assert dispatch_batches([], 2, []) == []
+
+
 def test_pool_sizing_helper():
     size = pool_size_from_resources
     assert size({"CPU": 2.0}, clients_per_round=10, use_gpu=False) == 2
