@@ -1,9 +1,9 @@
 """Thin Ray actors around the pure engine pieces (ARCHITECTURE.md "thin Ray actors").
 
 * :class:`ClientWorkerActor` wraps one :class:`~reuse_ray.engine.worker.ClientWorker`. It
-  receives the run's static inputs once, as an object ref whose numpy arrays are read zero-copy
-  from the object store, and returns each task's small metadata, its encoded messages and the
-  state the client keeps as three separate objects, so the driver never fetches the messages.
+  receives the run's static inputs once, as object refs whose numpy arrays are read zero-copy
+  from the object store, and returns a call's small metadata, its encoded messages and the
+  states its clients keep as three separate objects, so the driver never fetches the messages.
 * :class:`ServerActor` wraps one :class:`~reuse_ray.engine.server.ServerCore`. It is the one
   place where a method's per-client values move into the object store (:func:`use_store`):
   the global vector, the method state and the clients' states live here, not on the driver.
@@ -59,34 +59,35 @@ class ClientWorkerActor:
         self._worker(setup_box).warm_up()
         return os.getpid()
 
-    def run(self, task: ClientTask, w: np.ndarray,
-            setup_box: list) -> tuple[ClientOutcome, tuple[bytes, ...], Any]:  # fmt: skip
-        """(small metadata, the messages, the client's new local state). ``setup_box`` is
-        ``[setup_ref, train_ref]``: nested, so Ray passes the refs, not the setup, on every
-        call."""
-        return _three(self._worker(setup_box).run(task, _as_tensor(w)))
-
     def run_many(self, tasks: list[ClientTask], w: np.ndarray, setup_box: list) -> tuple:
-        """:meth:`run` for several tasks, one after the other (each from the same w, as in
-        separate calls): their three objects per task, in task order (called with
-        ``num_returns=3 * len(tasks)``). One call for a batch of small clients saves the
-        per-call round trips that otherwise leave a worker idle between them."""
+        """Several tasks, one after the other (each from the same w, as in separate calls), as
+        three objects (called with ``num_returns=3``): the tasks' small metadata, their
+        messages and the states the clients keep, each a tuple in task order. One call and
+        three objects for a batch of small clients save the per-call round trips and per-object
+        costs that otherwise dominate such clients. ``setup_box`` is ``[setup_ref,
+        train_ref]``: nested, so Ray passes the refs, not the setup, on every call."""
         worker, w_t = self._worker(setup_box), _as_tensor(w)
-        return tuple(x for task in tasks for x in _three(worker.run(task, w_t)))
+        return _three([worker.run(task, w_t) for task in tasks])
 
     def run_group(self, tasks: list[ClientTask], w: np.ndarray, setup_box: list) -> tuple:
-        """:meth:`run` for a vectorized group: its three objects per task, in task order
-        (called with ``num_returns=3 * len(tasks)``)."""
-        outs = self._worker(setup_box).run_group(tasks, _as_tensor(w))
-        return tuple(x for out in outs for x in _three(out))
+        """:meth:`run_many` for a vectorized group (``engine.vectorize``)."""
+        return _three(self._worker(setup_box).run_group(tasks, _as_tensor(w)))
 
     def pid(self) -> int:
         return os.getpid()
 
 
-def _three(out: ClientOutcome) -> tuple[ClientOutcome, tuple[bytes, ...], Any]:
-    """An outcome as the three objects a task returns: metadata, messages, local state."""
-    return dataclasses.replace(out, messages=(), local=None), out.messages, out.local
+def _three(outs: list[ClientOutcome]) -> tuple[tuple, tuple, tuple]:
+    """Outcomes as the three objects a call returns: metadata, messages, local states."""
+    return (tuple(dataclasses.replace(o, messages=(), local=None) for o in outs),
+            tuple(o.messages for o in outs), tuple(o.local for o in outs))  # fmt: skip
+
+
+def _fetch(pairs: list) -> list:
+    """The values of ``(ref, index)`` pairs: each ref (a call's tuple) fetched once."""
+    refs = list(dict.fromkeys(ref for ref, _ in pairs))
+    values = dict(zip(refs, ray.get(refs), strict=True))
+    return [values[ref][k] for ref, k in pairs]
 
 
 class ObjectStore:
@@ -101,7 +102,9 @@ class ObjectStore:
 
 
 def _outcomes(metas: list[ClientOutcome], message_refs: list, local_refs: list) -> list:
-    messages, locals_ = ray.get(message_refs), ray.get(local_refs)
+    """Whole outcomes from the driver's metadata and ``(ref, index)`` pairs of the messages
+    and local states (a worker call returns each kind for all its tasks as one tuple)."""
+    messages, locals_ = _fetch(message_refs), _fetch(local_refs)
     return [
         dataclasses.replace(m, messages=msg, local=loc)
         for m, msg, loc in zip(metas, messages, locals_, strict=True)

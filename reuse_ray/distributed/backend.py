@@ -345,8 +345,9 @@ def _ship_method_code(setup: RunSetup) -> None:
         ray.cloudpickle.register_pickle_by_value(sys.modules[name])
 
 
-# one result of a client task on Ray: (metadata ref, messages ref, local-state ref)
-Result = tuple[ray.ObjectRef, ray.ObjectRef, ray.ObjectRef]
+# one result of a client task on Ray: the refs of its call's (metadata, messages, local states)
+# tuples, and the task's index in them
+Result = tuple[ray.ObjectRef, ray.ObjectRef, ray.ObjectRef, int]
 
 
 DISPATCH_SPREAD = 4  # a batch holds at most 1 / (spread × workers) of the work still queued
@@ -392,7 +393,7 @@ class RayPool:
 
     def run(self, tasks: list[ClientTask], w_ref: ray.ObjectRef) -> list[Result]:
         """Run every task on idle workers; the refs come back in client order."""
-        refs: dict[int, list[ray.ObjectRef]] = {}
+        refs: dict[int, Result] = {}
         pending: dict[ray.ObjectRef, int] = {}
 
         def cost(group: list[ClientTask]) -> int:
@@ -412,15 +413,15 @@ class RayPool:
             while queue and idle:
                 group, wid = queue.pop(0), idle.pop(0)
                 method = "run_group" if self.vectorize_group else "run_many"
-                run = getattr(self.workers[wid], method).options(num_returns=3 * len(group))
+                run = getattr(self.workers[wid], method).options(num_returns=3)
                 out = run.remote(group, w_ref, self.setup_box)
                 for k, task in enumerate(group):
-                    refs[task.client] = out[3 * k : 3 * k + 3]
+                    refs[task.client] = (*out, k)
                 pending[out[0]] = wid
             done, _ = ray.wait(list(pending), num_returns=1)
             for ref in done:
                 idle.append(pending.pop(ref))
-        return [tuple(refs[c]) for c in sorted(refs)]
+        return [refs[c] for c in sorted(refs)]
 
 
 class RemoteServer:
@@ -437,8 +438,12 @@ class RemoteServer:
 
     @staticmethod
     def _split(results: list[Result]) -> tuple[list[ClientOutcome], list, list]:
-        metas = _get_unwrapped([r[0] for r in results])
-        return metas, [r[1] for r in results], [r[2] for r in results]
+        """The tasks' metadata (fetched: small), and ``(ref, index)`` pairs of their messages
+        and local states for the server actor to fetch."""
+        calls = list(dict.fromkeys(r[0] for r in results))
+        metas = dict(zip(calls, _get_unwrapped(calls), strict=True))
+        return ([metas[r[0]][r[3]] for r in results], [(r[1], r[3]) for r in results],
+                [(r[2], r[3]) for r in results])  # fmt: skip
 
     def plan(self, t: int, selected: list[int], results: list[Result]) -> RoundPlan:
         return ray.get(self.actor.plan.remote(t, selected, *self._split(results)))
