@@ -83,10 +83,11 @@ def _three(outs: list[ClientOutcome]) -> tuple[tuple, tuple, tuple]:
             tuple(o.messages for o in outs), tuple(o.local for o in outs))  # fmt: skip
 
 
-def _fetch(pairs: list) -> list:
-    """The values of ``(ref, index)`` pairs: each ref (a call's tuple) fetched once."""
+def fetch_indexed(pairs: list, get=ray.get) -> list:
+    """The values of ``(ref, index)`` pairs: each ref (a worker call's tuple) fetched once,
+    with ``get``."""
     refs = list(dict.fromkeys(ref for ref, _ in pairs))
-    values = dict(zip(refs, ray.get(refs), strict=True))
+    values = dict(zip(refs, get(refs), strict=True))
     return [values[ref][k] for ref, k in pairs]
 
 
@@ -104,7 +105,7 @@ class ObjectStore:
 def _outcomes(metas: list[ClientOutcome], message_refs: list, local_refs: list) -> list:
     """Whole outcomes from the driver's metadata and ``(ref, index)`` pairs of the messages
     and local states (a worker call returns each kind for all its tasks as one tuple)."""
-    messages, locals_ = _fetch(message_refs), _fetch(local_refs)
+    messages, locals_ = fetch_indexed(message_refs), fetch_indexed(local_refs)
     return [
         dataclasses.replace(m, messages=msg, local=loc)
         for m, msg, loc in zip(metas, messages, locals_, strict=True)

@@ -31,7 +31,7 @@ from ..engine.records import ClientOutcome, RoundReport, RunSetup
 from ..engine.round import play_round
 from ..engine.worker import vector_groups
 from ..errors import UserError
-from .actors import ClientWorkerActor, ServerActor, _as_tensor
+from .actors import ClientWorkerActor, ServerActor, _as_tensor, fetch_indexed
 from .resources import pool_size_from_resources
 
 TASK_RETRIES = 3
@@ -186,13 +186,7 @@ class RayBackend:
         train_ref, rest_ref = _load_remote.options(scheduling_strategy=here).remote(
             dataclasses.replace(data_cfg, root=root)
         )
-        try:
-            data, train = ray.get([rest_ref, train_ref])
-        except ray.exceptions.RayTaskError as err:
-            cause = getattr(err, "cause", None)
-            if isinstance(cause, UserError):
-                raise cause.with_traceback(None) from None
-            raise
+        data, train = _get_unwrapped([rest_ref, train_ref])
         data.train = train
         self._loaded = (train, train_ref)
         return data
@@ -440,10 +434,8 @@ class RemoteServer:
     def _split(results: list[Result]) -> tuple[list[ClientOutcome], list, list]:
         """The tasks' metadata (fetched: small), and ``(ref, index)`` pairs of their messages
         and local states for the server actor to fetch."""
-        calls = list(dict.fromkeys(r[0] for r in results))
-        metas = dict(zip(calls, _get_unwrapped(calls), strict=True))
-        return ([metas[r[0]][r[3]] for r in results], [(r[1], r[3]) for r in results],
-                [(r[2], r[3]) for r in results])  # fmt: skip
+        metas = fetch_indexed([(r[0], r[3]) for r in results], _get_unwrapped)
+        return metas, [(r[1], r[3]) for r in results], [(r[2], r[3]) for r in results]
 
     def plan(self, t: int, selected: list[int], results: list[Result]) -> RoundPlan:
         return ray.get(self.actor.plan.remote(t, selected, *self._split(results)))
@@ -454,7 +446,8 @@ class RemoteServer:
 
 
 def _get_unwrapped(refs: list) -> list:
-    """ray.get, re-raising a worker's ClientError as itself (it names client and round)."""
+    """ray.get, re-raising a worker's ClientError (it names client and round) or a task's
+    UserError (a bad input's one line) as itself, not inside Ray's wrapper."""
     from ..engine.records import ClientError
 
     try:
@@ -463,4 +456,6 @@ def _get_unwrapped(refs: list) -> list:
         cause = getattr(err, "cause", None)
         if isinstance(cause, ClientError):
             raise ClientError(cause.client, cause.round, cause.stage, cause.detail) from None
+        if isinstance(cause, UserError):
+            raise cause.with_traceback(None) from None
         raise
