@@ -238,6 +238,9 @@ def local_update(
     return LocalResult(delta, total_loss / max(steps, 1), steps, finite)
 
 
+EVAL_CHUNK = 128  # samples per forward of a CPU evaluation (see :func:`evaluate`)
+
+
 @torch.no_grad()
 def evaluate(
     model: nn.Module,
@@ -248,15 +251,26 @@ def evaluate(
     batch_size: int = 1024,
     device: torch.device | str = "cpu",
 ) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) of state ``w`` on ``split``, in eval mode."""
+    """(accuracy, mean cross-entropy) of state ``w`` on ``split``, in eval mode.
+
+    Losses are summed per batch of ``batch_size`` (``train.eval_batch_size``). On a CPU each
+    batch's forward runs in chunks of at most :data:`EVAL_CHUNK` samples, whose activations
+    stay in cache (W's validation pass on ``cnn_valid`` at one thread: 0.56 s against 0.89 s
+    in one batch of 1,024); the logits are concatenated, so the batch's loss is reduced as
+    before. In eval mode a sample's logits do not depend on the other samples of its batch;
+    the golden digests and the Ray-equals-local tests check the bits."""
     device = torch.device(device)
     layout.load(model, w)
     _move(model, device)
     model.eval()
+    chunk = min(batch_size, EVAL_CHUNK) if device.type == "cpu" else batch_size
     correct, loss_sum = 0, 0.0
     for start in range(0, len(split), batch_size):
         x, y = batch_images(split, slice(start, start + batch_size), info, device)
-        out = model(x).float()
+        if chunk < len(x):
+            out = torch.cat([model(x[k : k + chunk]) for k in range(0, len(x), chunk)]).float()
+        else:
+            out = model(x).float()
         loss_sum += float(nn.functional.cross_entropy(out, y, reduction="sum"))
         correct += int((out.argmax(1) == y).sum())
     _move(model, "cpu")

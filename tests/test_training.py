@@ -149,6 +149,25 @@ def test_evaluate_reports_accuracy_and_loss(digits):
     assert 0.0 <= acc <= 0.35 and loss == pytest.approx(np.log(10), rel=0.2)
 
 
+@pytest.mark.parametrize("name", ["cnn_valid", "cnn"])
+def test_evaluate_in_chunks_gives_the_whole_batch_bits(name, monkeypatch):
+    """On a CPU each evaluation batch runs its forward in chunks of EVAL_CHUNK samples;
+    the (accuracy, loss) pair is the one the whole batch at once gives, bit for bit."""
+    import reuse_ray.training as training
+    from reuse_ray.data.registry import ArraySplit, DatasetInfo
+
+    rng = np.random.default_rng(3)
+    split = ArraySplit(rng.integers(0, 256, (600, 1, 28, 28), dtype=np.uint8),
+                       rng.integers(0, 10, 600).astype(np.int64))  # fmt: skip
+    info = DatasetInfo("w", 10, (1, 28, 28), 1 / 255, (0.5,), (0.25,), "none")
+    model = init_model(name, (1, 28, 28), 10, seed=0, hidden=64)
+    layout = StateLayout.from_model(model)
+    w = layout.flatten(model)
+    chunked = evaluate(model, layout, w, split, info, batch_size=512)
+    monkeypatch.setattr(training, "EVAL_CHUNK", 10**6)
+    assert evaluate(model, layout, w, split, info, batch_size=512) == chunked
+
+
 @pytest.mark.slow  # a fresh interpreter importing torch: ~3 s
 def test_determinism_switch_skips_the_compiler_stack():
     """A training process sets deterministic kernels (warn-only) without importing torch's

@@ -73,6 +73,11 @@ class ClientWorkerActor:
         """:meth:`run_many` for a vectorized group (``engine.vectorize``)."""
         return _three(self._worker(setup_box).run_group(tasks, _as_tensor(w)))
 
+    def validate(self, w: np.ndarray, setup_box: list) -> tuple[float, float]:
+        """The validation of ``w`` (:meth:`ClientWorker.validate`), as a task of a round's
+        queue."""
+        return self._worker(setup_box).validate(_as_tensor(w))
+
     def pid(self) -> int:
         return os.getpid()
 

@@ -139,6 +139,8 @@ class RayBackend:
         self._setup_box: list = []
         self._loaded: tuple = (None, None)  # (training split, its ref) from load_data
         self.sizes: dict[int, int] = {}
+        self._side: list[WorkerValidation] = []  # validations waiting for the next round
+        self._val_size: int | None = None  # the validation split's length (None: no split)
 
     def prepare(self) -> None:
         """Connect to Ray and start the actors before the run's inputs exist: their processes
@@ -197,6 +199,7 @@ class RayBackend:
         them and the workers warm up; this returns when all are ready, so round 1 runs warm."""
         self.prepare()
         self.sizes = {i: len(p) for i, p in enumerate(setup.partitions)}
+        self._val_size = None if setup.val is None else len(setup.val)
         _ship_method_code(setup)
         loaded, loaded_ref = self._loaded
         train_ref = loaded_ref if setup.train is loaded else ray.put(setup.train)
@@ -267,8 +270,32 @@ class RayBackend:
     def _play(self, t: int, selected: list[int]) -> RoundReport:
         e = self.cfg.engine
         pool = RayPool(self.workers, self.sizes, self._setup_box,
-                       e.vectorize_group if e.vectorize else 0)  # fmt: skip
+                       e.vectorize_group if e.vectorize else 0, side=self._side)  # fmt: skip
         return play_round(RemoteServer(self.server), pool, t, selected)
+
+    def validate_next_round(self) -> WorkerValidation | None:
+        """The validation of w_t (the server's current weights) as one more task of round
+        t+1's queue, run by a client worker in its LPT place; ``result()`` gives (accuracy,
+        loss), the numbers the driver's :func:`~reuse_ray.training.evaluate` gives (same
+        code, model, thread count and batch size). On two cores the driver's validation thread
+        competed with both workers for the whole round; as a task it fills the round's tail
+        instead. None for GPU workers (a CPU pass there would hold up the GPU) or a setup
+        without a validation split: the driver then validates on its own thread."""
+        if self.device != "cpu" or not self.workers or self._val_size is None:
+            return None
+        w_ref = ray.put(self.weights().numpy())  # taken now: survives the server actor
+        # a forward pass over the split, in the pool's unit (a client's samples, each trained
+        # forward and backward, about three forwards, in every local epoch)
+        cost = -(-self._val_size // (3 * max(self.cfg.train.epochs, 1)))
+        job = WorkerValidation(w_ref, cost, self._validate_now)
+        self._side.append(job)
+        return job
+
+    def _validate_now(self, job: WorkerValidation) -> None:
+        """Dispatch ``job`` outside a round (no round ran after it was asked for)."""
+        if job in self._side:
+            self._side.remove(job)
+        job.submit(self.workers[0], self._setup_box)
 
     def _survive(self, call):
         """``call()``, restarting the server from its snapshot when its actor died."""
@@ -318,6 +345,7 @@ class RayBackend:
         if self.server is not None:
             ray.kill(self.server, no_restart=True)
         self.workers, self.server, self._setup_box = [], None, []
+        self._side = []
         self._loaded = (None, None)
         self._snap_ref = None
 
@@ -373,20 +401,56 @@ def dispatch_batches(costs: list[int], workers: int, items: list, spread: int = 
     return batches
 
 
+class WorkerValidation:
+    """A validation of fixed weights that a client worker runs as a task of a round's queue
+    (:meth:`RayBackend.validate_next_round`); ``result()`` is its (accuracy, loss)."""
+
+    def __init__(self, w_ref: ray.ObjectRef, cost: int, dispatch_now):
+        self.w_ref, self.cost, self.ref = w_ref, cost, None
+        self._dispatch_now = dispatch_now  # for a job no round took
+
+    def submit(self, worker, setup_box: list) -> ray.ObjectRef:
+        self.ref = worker.validate.remote(self.w_ref, setup_box)
+        return self.ref
+
+    def result(self) -> tuple[float, float]:
+        if self.ref is None:
+            self._dispatch_now(self)
+        acc, loss = _get_unwrapped([self.ref])[0]
+        return acc, loss
+
+
+def with_side_jobs(queue: list, jobs: list, cost) -> list:
+    """``queue`` (batches in LPT order) with each side job inserted, on its own, before the
+    first batch that costs less (``cost(batch)``): the jobs take their LPT place."""
+    out = list(queue)
+    for job in jobs:
+        cheaper = (i for i, b in enumerate(out)
+                   if not isinstance(b, WorkerValidation) and cost(b) < job.cost)  # fmt: skip
+        k = next(cheaper, len(out))
+        out.insert(k, job)
+    return out
+
+
 class RayPool:
     """Client tasks over a pool of worker actors, largest clients first (LPT), small ones in
     batches (:func:`dispatch_batches`)."""
 
     def __init__(self, workers: list, sizes: dict[int, int], setup_box: list,
-                 vectorize_group: int = 0):  # fmt: skip
+                 vectorize_group: int = 0, side: list | None = None):  # fmt: skip
         """``setup_box``: ``[setup ref, training split ref]`` (:meth:`ClientWorkerActor.load`).
         ``vectorize_group`` > 0: tasks go to workers in the vectorized groups of
-        :func:`~reuse_ray.engine.worker.vector_groups` (one call trains a group)."""
+        :func:`~reuse_ray.engine.worker.vector_groups` (one call trains a group). ``side``:
+        :class:`WorkerValidation` jobs the round's main run takes into its queue (and removes
+        from the list)."""
         self.workers, self.sizes, self.setup_box = workers, sizes, setup_box
         self.vectorize_group = vectorize_group
+        self.side = side if side is not None else []
 
-    def run(self, tasks: list[ClientTask], w_ref: ray.ObjectRef) -> list[Result]:
-        """Run every task on idle workers; the refs come back in client order."""
+    def run(self, tasks: list[ClientTask], w_ref: ray.ObjectRef,
+            main: bool = False) -> list[Result]:  # fmt: skip
+        """Run every task on idle workers; the refs come back in client order. The main run
+        also runs the side jobs, each in its LPT place, and returns when they are done too."""
         refs: dict[int, Result] = {}
         pending: dict[ray.ObjectRef, int] = {}
 
@@ -402,10 +466,16 @@ class RayPool:
             lpt = sorted(tasks, key=lambda x: (-self.sizes.get(x.client, 0), x.client))
             queue = dispatch_batches([self.sizes.get(x.client, 0) for x in lpt],
                                      len(self.workers), lpt)  # fmt: skip
+        if main and self.side:
+            queue = with_side_jobs(queue, self.side, cost)
+            self.side.clear()
         idle = list(range(len(self.workers)))
         while queue or pending:
             while queue and idle:
                 group, wid = queue.pop(0), idle.pop(0)
+                if isinstance(group, WorkerValidation):
+                    pending[group.submit(self.workers[wid], self.setup_box)] = wid
+                    continue
                 method = "run_group" if self.vectorize_group else "run_many"
                 run = getattr(self.workers[wid], method).options(num_returns=3)
                 out = run.remote(group, w_ref, self.setup_box)

@@ -28,7 +28,8 @@ class LocalPool:
         :func:`~reuse_ray.engine.worker.vector_groups`."""
         self.worker, self.vectorize_group = worker, vectorize_group
 
-    def run(self, tasks: Sequence[ClientTask], w: torch.Tensor) -> list[ClientOutcome]:
+    def run(self, tasks: Sequence[ClientTask], w: torch.Tensor,
+            main: bool = False) -> list[ClientOutcome]:  # fmt: skip
         if self.vectorize_group:
             groups = vector_groups(tasks, self.vectorize_group)
             return [out for g in groups for out in self.worker.run_group(g, w)]

@@ -84,13 +84,20 @@ class RunSummary:
 @dataclass(frozen=True)
 class _Played:
     """A round the backend has played, waiting to be recorded; ``val`` is its validation
-    (accuracy, loss), None off evaluation rounds, or a Future while it runs."""
+    (accuracy, loss), None off evaluation rounds, or a pending handle (:func:`_is_pending`)
+    while it runs."""
 
     round: int
     report: Any
     wall: float  # client work and server step; the wait for the validation is added
     val: Any
     checkpoint: bool
+
+
+def _is_pending(val: Any) -> bool:
+    """A validation still running: a driver thread's Future, or a backend's handle with
+    ``result()`` (the Ray backend's task on a worker)."""
+    return isinstance(val, Future) or callable(getattr(val, "result", None))
 
 
 def _fmt_bytes(n: float) -> str:
@@ -166,7 +173,8 @@ def make_setup(
         probs = participation_probs(cfg)
     env = MethodEnv.from_config(cfg, layout, head_parameter_names(model), probs)
     setup = RunSetup(cfg, info, data.train, tuple(parts), model_name, layout,
-                     layout.flatten(model), env.probs, build_method(cfg, env))  # fmt: skip
+                     layout.flatten(model), env.probs, build_method(cfg, env),
+                     val=data.val)  # fmt: skip
     return setup, model
 
 
@@ -323,6 +331,7 @@ def run_fl(
         t_loop = time.perf_counter()
         overlap = bool(getattr(backend, "overlaps_validation", False))
         evaluator = ThreadPoolExecutor(1, thread_name_prefix="validation") if overlap else None
+        beside = getattr(backend, "validate_next_round", None) if overlap else None
         pending: _Played | None = None
 
         def finish(p: _Played, notify: bool = True) -> None:
@@ -330,7 +339,7 @@ def run_fl(
             flushes, the checkpoint and the caller's hook, in round order."""
             t, val = p.round, p.val
             wall = p.wall
-            if isinstance(val, Future):
+            if _is_pending(val):
                 waited = time.perf_counter()
                 val = val.result()
                 wall += time.perf_counter() - waited
@@ -373,19 +382,22 @@ def run_fl(
                             and t < cfg.fl.rounds)  # fmt: skip
                 val: Any = None
                 if t == 1 or t % cfg.fl.eval_every == 0 or t == cfg.fl.rounds:
-                    w_t = backend.weights()
                     if evaluator is not None and not ckpt and t < cfg.fl.rounds:
-                        # validate w_t on a driver thread while round t+1 trains: the same
-                        # numbers, off the round's critical path
-                        val = evaluator.submit(evaluate, model, layout, w_t, data.val, info,
-                                               cfg.train.eval_batch_size)  # fmt: skip
+                        # validate w_t while round t+1 trains: as a task of that round on a
+                        # client worker where the backend offers it, else on a driver
+                        # thread; the same numbers, off the round's critical path
+                        val = beside() if beside is not None else None
+                        if val is None:
+                            w_t = backend.weights()
+                            val = evaluator.submit(evaluate, model, layout, w_t, data.val,
+                                                   info, cfg.train.eval_batch_size)  # fmt: skip
                     else:
                         e0 = time.perf_counter()
-                        val = evaluate(model, layout, w_t, data.val, info,
+                        val = evaluate(model, layout, backend.weights(), data.val, info,
                                        cfg.train.eval_batch_size)  # fmt: skip
                         wall += time.perf_counter() - e0  # validated in line: part of the round
                 played = _Played(t, report, wall, val, ckpt)
-                if isinstance(val, Future):
+                if _is_pending(val):
                     pending = played
                 else:
                     finish(played)

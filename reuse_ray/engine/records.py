@@ -32,6 +32,7 @@ class RunSetup:
     w0: torch.Tensor  # the initial global state (§1.2)
     probs: tuple[float, ...]  # p_i of the participation model (§1.4)
     method: Method  # built once, on the driver, from the run's config
+    val: ArraySplit | None = None  # the validation split, for workers that validate w_t
 
     @property
     def augment(self) -> str:

@@ -29,9 +29,11 @@ class Server(Protocol):
 
 
 class Pool(Protocol):
-    """Maps client tasks over workers; results come back in client order."""
+    """Maps client tasks over workers; results come back in client order. ``main`` marks the
+    round's client work (not its probes): a pool may queue its own side work beside it (the
+    Ray pool: the validation of the weights the round starts from)."""
 
-    def run(self, tasks: Sequence[ClientTask], w: Any) -> list[Any]: ...
+    def run(self, tasks: Sequence[ClientTask], w: Any, main: bool = False) -> list[Any]: ...
 
 
 def play_round(server: Server, pool: Pool, t: int, selected: list[int]) -> RoundReport:
@@ -40,5 +42,5 @@ def play_round(server: Server, pool: Pool, t: int, selected: list[int]) -> Round
     probes = server.probes(t, selected)
     answers = pool.run(probes, w) if probes else []
     plan = server.plan(t, selected, answers)
-    results = pool.run(plan.tasks, w) if plan.tasks else []
+    results = pool.run(plan.tasks, w, main=True) if plan.tasks else []
     return server.step(t, selected, plan, results)

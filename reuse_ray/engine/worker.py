@@ -15,7 +15,7 @@ from ..algorithms.api import ClientTask
 from ..models import init_model, set_memory_format
 from ..rng import Purpose
 from ..state import int_buffers
-from ..training import LocalResult, configure_determinism, head_proxy, local_update
+from ..training import LocalResult, configure_determinism, evaluate, head_proxy, local_update
 from ..vectorized import TrainRequest, batched_forward, local_update_many
 from .records import ClientError, ClientOutcome, RunSetup
 
@@ -89,6 +89,15 @@ class ClientWorker:
         )  # fmt: skip
         self._stage = "encoding"
         return p
+
+    def validate(self, w: torch.Tensor) -> tuple[float, float]:
+        """(accuracy, loss) of ``w`` on the run's validation split, on the CPU: the driver's
+        :func:`~reuse_ray.training.evaluate` with the same model, thread count and batch size,
+        so the same numbers. The model is reloaded before any later use."""
+        s = self.setup
+        if s.val is None:
+            raise ValueError("this run's setup carries no validation split")
+        return evaluate(self.model, self.layout, w, s.val, s.info, s.cfg.train.eval_batch_size)
 
     def warm_up(self) -> None:
         """One forward and backward pass of a throwaway copy of the model on a zero batch of

@@ -296,6 +296,55 @@ def test_dispatch_batches_keep_lpt_order_and_shrink_to_single_clients():
     assert dispatch_batches([], 2, []) == []
 
 
+def test_side_jobs_take_their_lpt_place_in_the_queue():
+    from reuse_ray.distributed.backend import WorkerValidation, with_side_jobs
+
+    sizes = {"a": 5, "b": 3, "c": 1, "d": 1}
+    queue = [["a"], ["b"], ["c", "d"]]
+    big, small = (WorkerValidation(None, c, None) for c in (4, 2))
+    out = with_side_jobs(queue, [big, small], lambda b: sum(sizes[x] for x in b))
+    assert out == [["a"], big, ["b"], ["c", "d"], small]  # [c, d] costs 2: not cheaper
+    assert queue == [["a"], ["b"], ["c", "d"]]
+
+
+def test_workers_validate_w_t_inside_the_next_round(tmp_path, local_reference, monkeypatch):
+    """On CPU workers, the validation of every evaluated round but the last is a task of the
+    next round on a client worker: the driver evaluates only the last round and the test
+    split, and the rounds carry the local engine's numbers bit for bit."""
+    import reuse_ray.engine.loop as loop
+
+    calls = []
+    real = loop.evaluate
+    monkeypatch.setattr(loop, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    local_cfg, local = local_reference["fedavg_topk"]
+    cfg = _ray(small_config(tmp_path, **METHODS["fedavg_topk"]), num_workers=2)
+    assert run_fl(cfg).status == "finished"
+    rounds = _frames(cfg.results_dir)["rounds"]
+    assert rounds["val_acc"].notna().sum() == 3  # rounds 1, 2 (eval_every 2) and 3
+    assert len(calls) == 2  # round 3's validation and the test split, on the driver
+    pd.testing.assert_frame_equal(local["rounds"], rounds, check_exact=True)
+
+
+def test_a_validation_no_round_took_runs_when_asked(tmp_path):
+    """A validation asked for when no round follows (a round without client work, a failed
+    run) is dispatched by ``result()`` itself, with the driver's numbers."""
+    from reuse_ray.engine.loop import make_setup, prepare_data
+    from reuse_ray.training import evaluate
+
+    cfg = _ray(small_config(tmp_path), num_workers=1)
+    data, parts = prepare_data(cfg)
+    setup, model = make_setup(cfg, data, parts)
+    backend = RayBackend(cfg)
+    backend.start(setup)
+    try:
+        job = backend.validate_next_round()
+        want = evaluate(model, setup.layout, backend.weights(), data.val, data.info,
+                        cfg.train.eval_batch_size)  # fmt: skip
+        assert job.result() == want and backend._side == []
+    finally:
+        backend.close()
+
+
 def test_pool_sizing_helper():
     size = pool_size_from_resources
     assert size({"CPU": 2.0}, clients_per_round=10, use_gpu=False) == 2
