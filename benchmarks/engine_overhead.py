@@ -9,6 +9,8 @@ work).
 Arms, each launched as a fresh process (``--arms``):
   plain-2t  a plain PyTorch FedAvg loop, no framework, 2 threads (its best on 2 cores)
   plain-2t-cl  the same loop with channels-last convolution weights (what ``ray-cl`` runs)
+  plain-2t-keep  the same loop with malloc keeping freed memory, as reuse_ray's processes do
+            (``reuse_ray.allocator.retain_freed_memory``)
   plain-1t  the same loop at 1 thread (plain-1t-cl: channels-last)
   local     reuse_ray's sequential local engine (1 thread)
   ray       reuse_ray's Ray engine (client-worker actors of 1 CPU, 1 thread each)
@@ -43,17 +45,31 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-ARMS = ("plain-2t", "plain-2t-cl", "plain-1t", "plain-1t-cl", "local", "ray", "ray-cl", "flower")
+ARMS = (
+    "plain-2t",
+    "plain-2t-cl",
+    "plain-2t-keep",
+    "plain-1t",
+    "plain-1t-cl",
+    "local",
+    "ray",
+    "ray-cl",
+    "flower",
+)
 
 
 # ------------------------------------------------------------------ the arms (child processes)
 
 
 def child_plain(model: str, rounds: int, samples: int, threads: int,
-                channels_last: bool = False) -> dict:  # fmt: skip
+                channels_last: bool = False, keep: bool = False) -> dict:  # fmt: skip
     import torch
     import workload_w as W
 
+    if keep:
+        from reuse_ray.allocator import retain_freed_memory
+
+        retain_freed_memory()
     torch.set_num_threads(threads)
     w = W.load(model, samples)
     net = w.model()
@@ -118,7 +134,7 @@ def run_child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     if args.child.startswith("plain-"):
         out = child_plain(args.model, args.rounds, args.samples, int(args.child[6]),
-                          args.child.endswith("-cl"))  # fmt: skip
+                          args.child.endswith("-cl"), args.child.endswith("-keep"))  # fmt: skip
     else:
         out = child_engine(args.model, args.rounds, args.samples, args.child)
     print("RESULT " + json.dumps(out), flush=True)

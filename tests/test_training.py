@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -166,6 +169,35 @@ def test_evaluate_in_chunks_gives_the_whole_batch_bits(name, monkeypatch):
     chunked = evaluate(model, layout, w, split, info, batch_size=512)
     monkeypatch.setattr(training, "EVAL_CHUNK", 10**6)
     assert evaluate(model, layout, w, split, info, batch_size=512) == chunked
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc")
+def test_retained_memory_spares_the_page_faults_of_large_blocks():
+    """A 40 MB block malloc'ed, written and freed twenty times: glibc maps it afresh each time (its
+    adaptive threshold stops at 32 MB), faulting every page in again; with the memory kept,
+    only the first time. REUSE_RAY_MALLOC=default leaves malloc alone."""
+    import subprocess
+
+    code = (
+        "import ctypes, resource\n"
+        "from reuse_ray.allocator import retain_freed_memory\n"
+        "print(retain_freed_memory())\n"
+        "libc = ctypes.CDLL('libc.so.6'); libc.malloc.restype = ctypes.c_void_p\n"
+        "libc.free.argtypes = [ctypes.c_void_p]\n"
+        "f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"
+        "for _ in range(20):\n"
+        "    a = libc.malloc(40 << 20); ctypes.memset(a, 1, 40 << 20); libc.free(a)\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)\n"
+    )
+    runs = {}
+    for mode in ("default", "retain"):
+        env = dict(os.environ, REUSE_RAY_MALLOC=mode)
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env=env, check=True).stdout.split()  # fmt: skip
+        runs[mode] = (out[0] == "True", int(out[1]))
+    assert runs["default"][0] is False and runs["retain"][0] is True
+    assert runs["default"][1] > 20 * 9000  # 10,240 pages a block
+    assert runs["retain"][1] < runs["default"][1] / 5
 
 
 @pytest.mark.slow  # a fresh interpreter importing torch: ~3 s

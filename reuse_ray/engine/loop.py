@@ -27,6 +27,7 @@ from torch import nn
 
 from .. import checkpoint
 from ..algorithms import MethodEnv, build_method
+from ..allocator import retain_freed_memory
 from ..config import RunConfig, flatten, to_dict
 from ..data import class_counts, load_dataset, make_partition
 from ..data.registry import FederatedData
@@ -244,6 +245,7 @@ def run_fl(
     t_start = time.perf_counter()
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     configure_determinism(cfg.train.threads)
+    retain_freed_memory()
     say = progress or (lambda _msg: None)
     run_id = cfg.run_id
     writer = RunWriter(cfg.results_dir, run_id, cfg.method.name)

@@ -12,10 +12,17 @@ import torch
 from torch import nn
 
 from ..algorithms.api import ClientTask
+from ..allocator import retain_freed_memory
 from ..models import init_model, set_memory_format
 from ..rng import Purpose
 from ..state import int_buffers
-from ..training import LocalResult, configure_determinism, evaluate, head_proxy, local_update
+from ..training import (
+    LocalResult,
+    configure_determinism,
+    evaluate,
+    head_proxy,
+    local_update,
+)
 from ..vectorized import TrainRequest, batched_forward, local_update_many
 from .records import ClientError, ClientOutcome, RunSetup
 
@@ -38,6 +45,7 @@ class ClientWorker:
     def __init__(self, setup: RunSetup, device: str = "cpu"):
         cfg = setup.cfg
         configure_determinism(cfg.train.threads)
+        retain_freed_memory()
         self.setup = setup
         self.device = device
         self.model = set_memory_format(
