@@ -22,7 +22,6 @@ import torch
 
 from ..algorithms.api import ClientTask, RoundPlan
 from ..algorithms.table import use_store
-from ..allocator import retain_freed_memory
 from ..engine.records import ClientOutcome, RoundReport, RunSetup
 from ..engine.server import ServerCore
 from ..engine.worker import ClientWorker
@@ -126,7 +125,6 @@ class ServerActor:
         """With no setup the actor only starts (and imports torch) while the driver loads the
         data; :meth:`load` then builds the server core."""
         use_store(ObjectStore())
-        retain_freed_memory()
         self.core = ServerCore(setup) if setup is not None else None
 
     def load(self, setup: RunSetup) -> int:
