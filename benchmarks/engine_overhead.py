@@ -15,6 +15,7 @@ Arms, each launched as a fresh process (``--arms``):
   local     reuse_ray's sequential local engine (1 thread)
   ray       reuse_ray's Ray engine (client-worker actors of 1 CPU, 1 thread each)
   ray-cl    the Ray engine with ``engine.channels_last: true`` (channels-last convolutions)
+  ray-malloc-default  the Ray engine with malloc left at its defaults (``REUSE_RAY_MALLOC=default``)
   flower    Flower 1.42's simulation runtime (``peer_flower.py``, 2 actors × 1 CPU), run by
             the interpreter ``--flower-python`` names (its own venv: see peer_flower.py)
 
@@ -24,7 +25,11 @@ round 1's training and server step), s/round (median of rounds 2–5, from one r
 the next, validation included), launch-to-exit wall and
 the peak PSS of the whole process tree (``/proc/<pid>/smaps_rollup``, summed over the launched
 process and every descendant — Ray's GCS, raylet, agents and workers included — sampled every
-0.5 s). Medians over ``--repeats``; ratios against plain-2t of the same run.
+0.5 s). Medians over ``--repeats``; ratios against plain-2t of the same run. A second table says
+where the CPU went during rounds 2–5 (``/proc/<pid>/stat``, sampled with the PSS): cores used by
+the launched process (the driver), the client workers (each), the server actor and every other
+process (Ray's own; Flower's actors), the share of it spent in the kernel, and the workers'
+minor page faults per round.
 
     python benchmarks/engine_overhead.py [--rounds 6] [--repeats 2] [--models cnn_valid,cnn]
         [--arms plain-2t,plain-1t,local,ray,flower] [--flower-python .venv-flower/bin/python]
@@ -54,6 +59,7 @@ ARMS = (
     "local",
     "ray",
     "ray-cl",
+    "ray-malloc-default",
     "flower",
 )
 
@@ -119,7 +125,7 @@ def child_engine(model: str, rounds: int, samples: int, arm: str) -> dict:
     from reuse_ray.engine import RunHooks, make_backend, run_fl
 
     stamps: dict = {"ends": []}
-    backend = arm.removesuffix("-cl")
+    backend = "ray" if arm.startswith("ray") else "local"
     results = tempfile.mkdtemp(prefix=f"overhead-{arm}-")
     raw = W.run_config(model, rounds, samples, backend, results)
     raw["engine"]["channels_last"] = arm.endswith("-cl")
@@ -173,17 +179,66 @@ def tree_pss(root: int) -> int:
     return total
 
 
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree_cpu(root: int) -> dict[int, tuple[str, float, float, int]]:
+    """``pid -> (role, user s, kernel s, minor faults)`` for ``root`` and its descendants;
+    role: driver (``root``), worker, server or ray."""
+    kids, out, todo = _children(), {}, [root]
+    while todo:
+        pid = todo.pop()
+        todo.extend(kids.get(pid, []))
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        f = stat[stat.rindex(")") + 2 :].split()
+        role = ("driver" if pid == root else "worker" if b"ClientWorkerActor" in cmd
+                else "server" if b"ServerActor" in cmd else "ray")  # fmt: skip
+        out[pid] = (role, int(f[11]) / TICK, int(f[12]) / TICK, int(f[7]))
+    return out
+
+
+def cpu_window(samples: list, start: float, end: float) -> dict:
+    """Cores used by role between the samples nearest ``start`` and ``end``, the kernel's
+    share of all of it, and the workers' minor faults."""
+    if not samples:
+        return {}
+    a = min(samples, key=lambda x: abs(x[0] - start))
+    b = min(samples, key=lambda x: abs(x[0] - end))
+    span = b[0] - a[0]
+    if span <= 0:
+        return {}
+    cores: dict[str, list[float]] = {}
+    kernel = total = faults = 0.0
+    for pid, (role, user, sys_, flt) in b[1].items():
+        u0, s0, f0 = a[1].get(pid, (role, 0.0, 0.0, 0))[1:]
+        used = (user - u0) + (sys_ - s0)
+        cores.setdefault(role, []).append(used / span)
+        kernel += sys_ - s0
+        total += used
+        if role == "worker":
+            faults += flt - f0
+    return {"cores": cores, "kernel": kernel / total if total else 0.0, "faults": faults,
+            "span": span}  # fmt: skip
+
+
 def launch(cmd: list[str], env: dict[str, str]) -> dict:
-    """Run one arm; returns its stamps plus launch-to-exit wall and peak tree PSS."""
+    """Run one arm; returns its stamps plus launch-to-exit wall, peak tree PSS and where the
+    CPU went in rounds 2–5."""
     t_launch = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=ROOT)  # fmt: skip
     peak = 0
+    samples: list = []
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
     while proc.poll() is None:
         peak = max(peak, tree_pss(proc.pid))
+        samples.append((time.time(), tree_cpu(proc.pid)))
         time.sleep(0.5)
     reader.join()
     wall = time.time() - t_launch
@@ -200,7 +255,20 @@ def launch(cmd: list[str], env: dict[str, str]) -> dict:
         "round": statistics.median(steady),
         "wall": wall,
         "pss": peak,
+        "cpu": cpu_window(samples, ends[0], ends[4]),
     }
+
+
+def cpu_line(arm: str, cpu: dict, rounds: float) -> str:
+    """One row of the CPU table: cores by role, kernel share, worker faults per round."""
+    if not cpu:
+        return f"  | {arm} | – | – | – | – | – | – |"
+    c = cpu["cores"]
+    workers = " + ".join(f"{x:.2f}" for x in sorted(c.get("worker", []), reverse=True)) or "–"
+    per_round = cpu["faults"] / rounds if rounds else 0.0
+    return (f"  | {arm} | {sum(c.get('driver', [])):.2f} | {workers} | "
+            f"{sum(c.get('server', [])):.2f} | {sum(c.get('ray', [])):.2f} | "
+            f"{100 * cpu['kernel']:.1f} % | {per_round:,.0f} |")  # fmt: skip
 
 
 def arm_command(arm: str, args: argparse.Namespace, model: str) -> list[str] | None:
@@ -246,7 +314,10 @@ def main() -> None:
         runs: dict[str, list[dict]] = {a: [] for a in arms}
         for rep in range(args.repeats):
             for arm in arms:
-                m = launch(arm_command(arm, args, model), env)
+                arm_env = (
+                    dict(env, REUSE_RAY_MALLOC="default") if arm == "ray-malloc-default" else env
+                )
+                m = launch(arm_command(arm, args, model), arm_env)
                 runs[arm].append(m)
                 print(
                     f"  [{rep + 1}/{args.repeats}] {arm:8s} {m['round']:6.2f} s/round, "
@@ -254,7 +325,7 @@ def main() -> None:
                     f"wall {m['wall']:5.1f} s, peak PSS {m['pss'] / 1e9:4.2f} GB",
                     flush=True,
                 )
-        med = {a: {k: statistics.median(r[k] for r in runs[a]) for k in runs[a][0]}
+        med = {a: {k: statistics.median(r[k] for r in runs[a]) for k in runs[a][0] if k != "cpu"}
                for a in arms}  # fmt: skip
         ref = med.get("plain-2t")
         print(f"\n  {model}, medians of {args.repeats}:")
@@ -270,6 +341,13 @@ def main() -> None:
             print(f"  | {a} | {m['round']:.2f} | {x} | {m['startup']:.1f} | "
                   f"{m['first'] / m['round']:.2f} | {m['wall']:.1f} | {xw} | "
                   f"{m['pss'] / 1e9:.2f} |")  # fmt: skip
+        print(f"\n  {model}, where the CPU went in rounds 2–5 (the last repeat of each arm):")
+        print("  | engine | driver cores | worker cores | server cores | other processes' cores "
+              "| kernel share | worker minor faults / round |")  # fmt: skip
+        print("  |---|---|---|---|---|---|---|")
+        for a in arms:
+            last = runs[a][-1]
+            print(cpu_line(a, last["cpu"], 4 if last["cpu"] else 0))
         print(flush=True)
 
 
