@@ -167,6 +167,11 @@ def test_evaluate_in_chunks_gives_the_whole_batch_bits(name, monkeypatch):
     layout = StateLayout.from_model(model)
     w = layout.flatten(model)
     chunked = evaluate(model, layout, w, split, info, batch_size=512)
+    # batches evaluated apart (as the Ray engine's workers do) and added in order: same bits
+    parts = [training.evaluate_batches(model, layout, w, split, info, 128, batches=range(a, b))
+             for a, b in ((0, 1), (1, 4), (4, 5))]  # fmt: skip
+    whole = training.evaluate(model, layout, w, split, info, batch_size=128)
+    assert training.combine_batches([x for p in parts for x in p], len(split)) == whole
     monkeypatch.setattr(training, "EVAL_CHUNK", 10**6)
     assert evaluate(model, layout, w, split, info, batch_size=512) == chunked
 

@@ -73,10 +73,10 @@ class ClientWorkerActor:
         """:meth:`run_many` for a vectorized group (``engine.vectorize``)."""
         return _three(self._worker(setup_box).run_group(tasks, _as_tensor(w)))
 
-    def validate(self, w: np.ndarray, setup_box: list) -> tuple[float, float]:
-        """The validation of ``w`` (:meth:`ClientWorker.validate`), as a task of a round's
-        queue."""
-        return self._worker(setup_box).validate(_as_tensor(w))
+    def validate(self, w: np.ndarray, setup_box: list, batches: range) -> list:
+        """Part of the validation of ``w`` (:meth:`ClientWorker.validate`), as a task of a
+        round's queue."""
+        return self._worker(setup_box).validate(_as_tensor(w), batches)
 
     def pid(self) -> int:
         return os.getpid()

@@ -31,6 +31,7 @@ from ..engine.records import ClientOutcome, RoundReport, RunSetup
 from ..engine.round import play_round
 from ..engine.worker import vector_groups
 from ..errors import UserError
+from ..training import combine_batches
 from .actors import ClientWorkerActor, ServerActor, _as_tensor, fetch_indexed
 from .resources import pool_size_from_resources
 
@@ -139,7 +140,7 @@ class RayBackend:
         self._setup_box: list = []
         self._loaded: tuple = (None, None)  # (training split, its ref) from load_data
         self.sizes: dict[int, int] = {}
-        self._side: list[WorkerValidation] = []  # validations waiting for the next round
+        self._side: list[ValidationPart] = []  # validation parts waiting for the next round
         self._val_size: int | None = None  # the validation split's length (None: no split)
 
     def prepare(self) -> None:
@@ -274,28 +275,39 @@ class RayBackend:
         return play_round(RemoteServer(self.server), pool, t, selected)
 
     def validate_next_round(self) -> WorkerValidation | None:
-        """The validation of w_t (the server's current weights) as one more task of round
-        t+1's queue, run by a client worker in its LPT place; ``result()`` gives (accuracy,
-        loss), the numbers the driver's :func:`~reuse_ray.training.evaluate` gives (same
-        code, model, thread count and batch size). On two cores the driver's validation thread
+        """The validation of w_t (the server's current weights) as tasks of round t+1's
+        queue: up to two parts per worker, each of whole evaluation batches, which client
+        workers run in their largest-first place (the parts are small, so they even out the
+        round's end); ``result()`` gives (accuracy, loss), the numbers the driver's
+        :func:`~reuse_ray.training.evaluate` gives (same code, model, thread count and batch
+        size; the batches' losses added in order). On two cores the driver's validation thread
         competed with both workers for the whole round; as a task it fills the round's tail
         instead. None for GPU workers (a CPU pass there would hold up the GPU) or a setup
         without a validation split: the driver then validates on its own thread."""
         if self.device != "cpu" or not self.workers or self._val_size is None:
             return None
         w_ref = ray.put(self.weights().numpy())  # taken now: survives the server actor
-        # a forward pass over the split, in the pool's unit (a client's samples, each trained
-        # forward and backward, about three forwards, in every local epoch)
-        cost = -(-self._val_size // (3 * max(self.cfg.train.epochs, 1)))
-        job = WorkerValidation(w_ref, cost, self._validate_now)
-        self._side.append(job)
-        return job
+        size = self.cfg.train.eval_batch_size
+        n_batches = -(-self._val_size // size)
+        pieces = min(n_batches, VALIDATION_PARTS_PER_WORKER * len(self.workers))
+        parts = []
+        for k in range(pieces):
+            batches = range(k * n_batches // pieces, (k + 1) * n_batches // pieces)
+            samples = min(batches.stop * size, self._val_size) - batches.start * size
+            # a forward pass, in the pool's unit (a client's samples, each trained forward
+            # and backward, about three forwards, in every local epoch)
+            cost = -(-samples // (3 * max(self.cfg.train.epochs, 1)))
+            parts.append(ValidationPart(w_ref, batches, cost))
+        self._side.extend(parts)
+        return WorkerValidation(parts, self._val_size, self._validate_now)
 
     def _validate_now(self, job: WorkerValidation) -> None:
-        """Dispatch ``job`` outside a round (no round ran after it was asked for)."""
-        if job in self._side:
-            self._side.remove(job)
-        job.submit(self.workers[0], self._setup_box)
+        """Dispatch the parts of ``job`` no round took (no round ran after it was asked
+        for, or the round had no client work)."""
+        for k, part in enumerate(p for p in job.parts if p.ref is None):
+            if part in self._side:
+                self._side.remove(part)
+            part.submit(self.workers[k % len(self.workers)], self._setup_box)
 
     def _survive(self, call):
         """``call()``, restarting the server from its snapshot when its actor died."""
@@ -372,6 +384,7 @@ def _ship_method_code(setup: RunSetup) -> None:
 Result = tuple[ray.ObjectRef, ray.ObjectRef, ray.ObjectRef, int]
 
 
+VALIDATION_PARTS_PER_WORKER = 2  # a validation's parts: at most this many per worker
 DISPATCH_SPREAD = 4  # a batch holds at most 1 / (spread × workers) of the work still queued
 
 
@@ -401,23 +414,32 @@ def dispatch_batches(costs: list[int], workers: int, items: list, spread: int = 
     return batches
 
 
-class WorkerValidation:
-    """A validation of fixed weights that a client worker runs as a task of a round's queue
-    (:meth:`RayBackend.validate_next_round`); ``result()`` is its (accuracy, loss)."""
+class ValidationPart:
+    """Some evaluation batches of a validation, one task of a round's queue."""
 
-    def __init__(self, w_ref: ray.ObjectRef, cost: int, dispatch_now):
-        self.w_ref, self.cost, self.ref = w_ref, cost, None
-        self._dispatch_now = dispatch_now  # for a job no round took
+    def __init__(self, w_ref: ray.ObjectRef, batches: range, cost: int):
+        self.w_ref, self.batches, self.cost, self.ref = w_ref, batches, cost, None
 
     def submit(self, worker, setup_box: list) -> ray.ObjectRef:
-        self.ref = worker.validate.remote(self.w_ref, setup_box)
+        self.ref = worker.validate.remote(self.w_ref, setup_box, self.batches)
         return self.ref
 
+
+class WorkerValidation:
+    """A validation of fixed weights that client workers run as tasks of a round's queue
+    (:meth:`RayBackend.validate_next_round`), cut into parts of whole evaluation batches so
+    the smallest tasks come last and even out the round's end; ``result()`` is its
+    (accuracy, loss), the parts' batches added in order (:func:`combine_batches`)."""
+
+    def __init__(self, parts: list[ValidationPart], n: int, dispatch_now):
+        self.parts, self.n = parts, n
+        self._dispatch_now = dispatch_now  # for parts no round took
+
     def result(self) -> tuple[float, float]:
-        if self.ref is None:
+        if any(part.ref is None for part in self.parts):
             self._dispatch_now(self)
-        acc, loss = _get_unwrapped([self.ref])[0]
-        return acc, loss
+        got = _get_unwrapped([part.ref for part in self.parts])
+        return combine_batches([b for part in got for b in part], self.n)
 
 
 def with_side_jobs(queue: list, jobs: list, cost) -> list:
@@ -426,7 +448,7 @@ def with_side_jobs(queue: list, jobs: list, cost) -> list:
     out = list(queue)
     for job in jobs:
         cheaper = (i for i, b in enumerate(out)
-                   if not isinstance(b, WorkerValidation) and cost(b) < job.cost)  # fmt: skip
+                   if not isinstance(b, ValidationPart) and cost(b) < job.cost)  # fmt: skip
         k = next(cheaper, len(out))
         out.insert(k, job)
     return out
@@ -441,7 +463,7 @@ class RayPool:
         """``setup_box``: ``[setup ref, training split ref]`` (:meth:`ClientWorkerActor.load`).
         ``vectorize_group`` > 0: tasks go to workers in the vectorized groups of
         :func:`~reuse_ray.engine.worker.vector_groups` (one call trains a group). ``side``:
-        :class:`WorkerValidation` jobs the round's main run takes into its queue (and removes
+        :class:`ValidationPart` tasks the round's main run takes into its queue (and removes
         from the list)."""
         self.workers, self.sizes, self.setup_box = workers, sizes, setup_box
         self.vectorize_group = vectorize_group
@@ -473,7 +495,7 @@ class RayPool:
         while queue or pending:
             while queue and idle:
                 group, wid = queue.pop(0), idle.pop(0)
-                if isinstance(group, WorkerValidation):
+                if isinstance(group, ValidationPart):
                     pending[group.submit(self.workers[wid], self.setup_box)] = wid
                     continue
                 method = "run_group" if self.vectorize_group else "run_many"

@@ -19,7 +19,7 @@ from ..state import int_buffers
 from ..training import (
     LocalResult,
     configure_determinism,
-    evaluate,
+    evaluate_batches,
     head_proxy,
     local_update,
 )
@@ -98,14 +98,16 @@ class ClientWorker:
         self._stage = "encoding"
         return p
 
-    def validate(self, w: torch.Tensor) -> tuple[float, float]:
-        """(accuracy, loss) of ``w`` on the run's validation split, on the CPU: the driver's
-        :func:`~reuse_ray.training.evaluate` with the same model, thread count and batch size,
-        so the same numbers. The model is reloaded before any later use."""
+    def validate(self, w: torch.Tensor, batches: range | None = None) -> list[tuple[int, float]]:
+        """(correct, loss sum) of ``w`` on the run's validation split, per evaluation batch in
+        ``batches`` (default: all), on the CPU: the driver's
+        :func:`~reuse_ray.training.evaluate_batches` with the same model, thread count and
+        batch size, so the same numbers. The model is reloaded before any later use."""
         s = self.setup
         if s.val is None:
             raise ValueError("this run's setup carries no validation split")
-        return evaluate(self.model, self.layout, w, s.val, s.info, s.cfg.train.eval_batch_size)
+        return evaluate_batches(self.model, self.layout, w, s.val, s.info,
+                                s.cfg.train.eval_batch_size, batches=batches)  # fmt: skip
 
     def warm_up(self) -> None:
         """One forward and backward pass of a throwaway copy of the model on a zero batch of

@@ -297,11 +297,11 @@ def test_dispatch_batches_keep_lpt_order_and_shrink_to_single_clients():
 
 
 def test_side_jobs_take_their_lpt_place_in_the_queue():
-    from reuse_ray.distributed.backend import WorkerValidation, with_side_jobs
+    from reuse_ray.distributed.backend import ValidationPart, with_side_jobs
 
     sizes = {"a": 5, "b": 3, "c": 1, "d": 1}
     queue = [["a"], ["b"], ["c", "d"]]
-    big, small = (WorkerValidation(None, c, None) for c in (4, 2))
+    big, small = (ValidationPart(None, range(1), c) for c in (4, 2))
     out = with_side_jobs(queue, [big, small], lambda b: sum(sizes[x] for x in b))
     assert out == [["a"], big, ["b"], ["c", "d"], small]  # [c, d] costs 2: not cheaper
     assert queue == [["a"], ["b"], ["c", "d"]]
