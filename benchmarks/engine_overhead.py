@@ -25,7 +25,8 @@ round 1's training and server step), s/round (median of rounds 2–5, from one r
 the next, validation included), launch-to-exit wall and
 the peak PSS of the whole process tree (``/proc/<pid>/smaps_rollup``, summed over the launched
 process and every descendant — Ray's GCS, raylet, agents and workers included — sampled every
-0.5 s by a thread at the lowest priority, so the sampling takes idle time, not the arm's). Medians over ``--repeats``; ratios against plain-2t of the same run. A second table says
+0.5 s by a thread at the lowest priority, so the sampling takes idle time, not the arm's).
+Medians over ``--repeats``; ratios against plain-2t of the same run. A second table says
 where the CPU went during rounds 2–5 (``/proc/<pid>/stat``, sampled with the PSS): cores used by
 the launched process (the driver), the client workers (each), the server actor and every other
 process (Ray's own; Flower's actors), the share of it spent in the kernel, and the workers'

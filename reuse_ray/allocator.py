@@ -18,12 +18,13 @@ def retain_freed_memory() -> bool:
     By default malloc serves large blocks (from 128 KB, a threshold that adapts up to 32 MB)
     from fresh ``mmap`` regions and returns the heap's free top to the kernel, so a training
     step can fault its activations' pages in again, zeroed, every time: on W (``cnn_valid``,
-    batch 128) a Ray client worker took 0.8–1.9 million minor faults and 1.4–3.8 s of kernel
-    time over two rounds of its clients, against a few thousand and 0.03 s with the memory
-    kept; W's Ray round took 3.82–4.13 s against 4.44–4.79 (three interleaved pairs of
-    ``engine_overhead.py --arms ray``). Raising both thresholds keeps the memory; the numbers
-    computed do not change. No-op off glibc, or when ``$REUSE_RAY_MALLOC`` is ``default``;
-    returns whether it applied."""
+    batch 128) the Ray engine's client workers took about 520,000 minor faults a round and 12 %
+    of the CPU in the kernel, against 4,000 and 1.2 % with the memory kept
+    (``benchmarks/engine_overhead.py``, arms ``ray`` and ``ray-malloc-default``). The round
+    time gained 13–20 % in three interleaved pairs of runs, 10 % in another run and nothing
+    in a third (the README's performance section); peak PSS grows by about 0.06 GB. Raising
+    both thresholds keeps the memory; the numbers computed do not change. No-op off glibc, or
+    when ``$REUSE_RAY_MALLOC`` is ``default``; returns whether it applied."""
     if os.environ.get("REUSE_RAY_MALLOC") == "default" or platform.libc_ver()[0] != "glibc":
         return False
     try:
