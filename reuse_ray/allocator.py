@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
@@ -12,6 +13,7 @@ MMAP_THRESHOLD = 64 << 20  # blocks below this come from the heap, not fresh map
 TRIM_THRESHOLD = 256 << 20  # free memory kept at the heap's top before returning any
 
 
+@functools.cache  # once per process: the driver and the local engine's worker share one
 def retain_freed_memory() -> bool:
     """Let glibc's malloc keep the memory a training step frees for the next step.
 
