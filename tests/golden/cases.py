@@ -3,6 +3,15 @@
 A refactor must reproduce these digests bit for bit on both backends (wall-time columns, run ids
 and config columns excluded: only what a run computed). A deliberate numeric change updates the
 digests in its own commit: ``python -m tests.golden.cases --write``.
+
+Bits are a property of a machine as well as of the code: torch's CPU kernels (MKL's BLAS, oneDNN's
+convolutions, ATen's vector code) take other paths on another processor, so the same commit gives
+other last bits on an AMD EPYC than on an Intel Xeon. The digests are therefore recorded per
+machine (:func:`machine`: processor, torch version, ATen's CPU capability). A machine with no
+record skips the check, saying so; ``--write`` adds or updates this machine's record, and where
+that changes any digest of an existing record for this machine (a numeric change of the code) the
+other machines' records are dropped, since they describe the old numbers. Add a machine only at a
+commit whose digests pass on a recorded one.
 """
 
 from __future__ import annotations
@@ -186,8 +195,72 @@ def run_case(name: str, results_dir: Path, backend: str = "local") -> str:
     return digest(results_dir)
 
 
-def expected() -> dict[str, str]:
-    return json.loads(DIGESTS.read_text())
+def machine() -> dict[str, str]:
+    """What decides a CPU run's last bits here: the processor (vendor and model), torch's
+    version and the CPU capability ATen dispatches its vector kernels to."""
+    import platform
+
+    import torch
+
+    cpu = {"vendor_id": "", "model name": ""}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() in cpu and not cpu[key.strip()]:
+                    cpu[key.strip()] = value.strip()
+    except OSError:
+        pass
+    name = " ".join(v for v in cpu.values() if v) or platform.processor() or platform.machine()
+    return {"cpu": name, "torch": torch.__version__,
+            "capability": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
+
+
+def _records() -> list[dict]:
+    return json.loads(DIGESTS.read_text())["machines"]
+
+
+def _matches(record: dict, here: dict[str, str]) -> bool:
+    """A record names some or all of :func:`machine`'s fields; it is this machine's when every
+    field it names is this machine's."""
+    return all(here.get(k) == v for k, v in record["machine"].items())
+
+
+def expected() -> dict[str, str] | None:
+    """This machine's recorded digests, or None where no record is this machine's."""
+    here = machine()
+    return next((r["digests"] for r in _records() if _matches(r, here)), None)
+
+
+def expected_or_skip(names: list[str] | tuple[str, ...]) -> dict[str, str]:
+    """This machine's digests of ``names``; the test is skipped, saying why, where this machine
+    has no record of them."""
+    import pytest
+
+    got = expected() or {}
+    missing = [n for n in names if n not in got]
+    if missing:
+        pytest.skip(f"no golden digests of {missing if got else 'any case'} recorded for this "
+                    f"machine ({machine()}); record them with `python -m tests.golden.cases "
+                    "--write` at a commit whose digests pass on a recorded machine")  # fmt: skip
+    return {n: got[n] for n in names}
+
+
+def write(out: dict[str, str]) -> str:
+    """Record ``out`` as this machine's digests (see the module docstring); says what it did."""
+    import datetime
+
+    here = machine()
+    records = _records()
+    mine = [r for r in records if _matches(r, here)]
+    changed = any(r["digests"].get(k, v) != v for r in mine for k, v in out.items())
+    kept = [r for r in records if not _matches(r, here) and not changed]
+    record = {"machine": here, "recorded": datetime.date.today().isoformat(), "digests": out}
+    DIGESTS.write_text(json.dumps({"machines": [*kept, record]}, indent=1, sort_keys=True) + "\n")
+    dropped = len(records) - len(mine) - len(kept)
+    return (f"wrote {DIGESTS} for {here}"
+            + (f"; dropped {dropped} other machines' records (the numbers changed)"
+               if dropped else ""))  # fmt: skip
 
 
 def main(argv: list[str]) -> int:
@@ -199,10 +272,12 @@ def main(argv: list[str]) -> int:
             out[name] = run_case(name, Path(d) / name)
             print(name, out[name], flush=True)
     if "--write" in argv:
-        DIGESTS.write_text(json.dumps(out, indent=1, sort_keys=True) + "\n")
-        print(f"wrote {DIGESTS}")
+        print(write(out))
     else:
         old = expected()
+        if old is None:
+            print(f"no digests recorded for this machine ({machine()}): --write records them")
+            return 1
         bad = [k for k in out if old.get(k) != out[k]]
         print("all match" if not bad else f"differ: {bad}")
         return 1 if bad else 0
