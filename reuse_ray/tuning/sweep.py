@@ -99,12 +99,8 @@ def _tune_run(
 
     from .console import ConsoleReporter, trial_label
 
-    if verbose < 1:  # our own lines only: no experiment box, no INFO chatter from Tune
-        import logging
-
-        os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-        for name in ("ray.tune", "ray.train", "ray.air"):
-            logging.getLogger(name).setLevel(logging.WARNING)
+    if verbose < 1:
+        quiet_tune()
 
     storage, fs = tune_storage(spec.results_dir)
     name = f"{spec.name}-{stage}"
@@ -147,6 +143,21 @@ def _tune_run(
             ),
         )  # fmt: skip
     return tuner.fit()
+
+
+def quiet_tune() -> None:
+    """Our own console lines only: no experiment box, no INFO chatter from Tune, and not its
+    warning that the experiment state is snapshotted often. That warning comes whenever trials
+    checkpoint every few seconds (``checkpoint_every`` rounds of a short run): with
+    ``num_to_keep`` set, Tune snapshots its state once a trial has kept that many checkpoints,
+    which is what keeps a resumed sweep consistent; on a fast machine the quickstart printed it
+    nine times, three lines each. A threshold the user set is kept."""
+    import logging
+
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    for name in ("ray.tune", "ray.train", "ray.air"):
+        logging.getLogger(name).setLevel(logging.WARNING)
 
 
 def tune_storage(results_dir: str):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 from pathlib import Path
 
 import numpy as np
@@ -309,6 +310,26 @@ def test_a_diverged_trial_reads_nan_in_trials_and_runs(tmp_path):
     trials = pd.read_parquet(Path(spec.results_dir) / "trials" / "t.parquet")
     assert runs["status"].tolist() == ["diverged"] and trials["status"].tolist() == ["diverged"]
     assert runs["final_val_acc"].isna().all() and trials["val_acc"].isna().all()
+
+
+def test_the_quiet_console_silences_tunes_snapshot_warning_unless_the_user_set_it(monkeypatch):
+    """Short trials that checkpoint every few seconds make Tune warn, three lines at a time,
+    that it snapshots its experiment state often (nine times in one quickstart): the quiet
+    console sets the threshold Tune's checkpoint manager reads to 0, keeping a user's own."""
+    from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
+
+    from reuse_ray.tuning.sweep import quiet_tune
+
+    name = "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S"
+    # set first, so monkeypatch restores both variables as they were before the test
+    monkeypatch.setenv("RAY_AIR_NEW_OUTPUT", "1")
+    monkeypatch.setenv(name, "7")
+    quiet_tune()
+    assert os.environ[name] == "7"  # the user's own threshold
+    monkeypatch.delenv(name)
+    quiet_tune()
+    manager = _ExperimentCheckpointManager(storage=None, checkpoint_period="auto")
+    assert manager._excessive_sync_threshold == 0.0
 
 
 def test_the_default_console_is_quiet_and_says_what_each_trial_does(tmp_path, capfd):
