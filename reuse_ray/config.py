@@ -607,7 +607,7 @@ SWEEP_KEYS = ("name", "base", "search", "trial", "final", "results_dir", "checkp
 
 def load_config_dict(path: str | Path) -> dict[str, Any]:
     """Read a run config YAML; a sweep file's ``base:`` block is the run config."""
-    raw = load_yaml_mapping(path, "config")
+    raw = load_yaml_mapping(path, "config file")
     if "base" in raw:
         stray = sorted(k for k in raw if k not in SWEEP_KEYS)
         if stray:

@@ -54,7 +54,7 @@ def load_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
     if p.is_dir():
         raise UserError(f"{what} {str(p)!r} is a directory — give a YAML file")
     if not p.is_file():
-        raise UserError(f"{what} file not found: {str(p)!r}")
+        raise UserError(f"{what} not found: {str(p)!r}")
     try:
         text = p.read_text()
     except (OSError, UnicodeDecodeError) as err:

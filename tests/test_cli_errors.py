@@ -133,6 +133,8 @@ REPORTED = [  # the inputs of the issue
     ("lr-inf", run_set("train.lr=inf"), "not a finite number"),
     ("rounds-2.0", run_set("fl.rounds=2.0"), "expected an integer, got 2.0"),
     ("config-dir", lambda tmp: ["run", str(tmp)], "is a directory"),
+    ("config-missing", lambda tmp: ["run", str(tmp / "no.yaml")], "config file not found: '"),
+    ("sweep-missing", lambda tmp: ["sweep", str(tmp / "no.yaml")], "sweep file not found: '"),
     ("sweep-dir", lambda tmp: ["sweep", str(tmp)], "is a directory"),
     ("base-drops-keys", run_file({"base": RUN, "fl": {"rounds": 3}}), "belong under base:"),
     ("other-method-block", run_set("method.dg.rho=0.5"), "method.dg': a block of method"),
