@@ -25,6 +25,7 @@ from ..algorithms.table import use_store
 from ..engine.records import ClientOutcome, RoundReport, RunSetup
 from ..engine.server import ServerCore
 from ..engine.worker import ClientWorker
+from ..machine import machine_kind
 
 
 def _as_tensor(w: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -54,10 +55,11 @@ class ClientWorkerActor:
             self.worker = ClientWorker(dataclasses.replace(setup, train=train), self.device)
         return self.worker
 
-    def load(self, setup_box: list) -> int:
-        """Build the worker and warm it up (one throwaway step), so round 1 runs warm."""
+    def load(self, setup_box: list) -> dict[str, str]:
+        """Build the worker and warm it up (one throwaway step), so round 1 runs warm; returns
+        the kind of machine it computes on (:func:`~reuse_ray.machine.machine_kind`)."""
         self._worker(setup_box).warm_up()
-        return os.getpid()
+        return machine_kind(self.device)
 
     def run_many(self, tasks: list[ClientTask], w: np.ndarray, setup_box: list) -> tuple:
         """Several tasks, one after the other (each from the same w, as in separate calls), as

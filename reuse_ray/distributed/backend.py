@@ -31,6 +31,7 @@ from ..engine.records import ClientOutcome, RoundReport, RunSetup
 from ..engine.round import play_round
 from ..engine.worker import vector_groups
 from ..errors import UserError
+from ..machine import mixed_kinds_note
 from ..training import combine_batches
 from .actors import ClientWorkerActor, ServerActor, _as_tensor, fetch_indexed
 from .resources import pool_size_from_resources
@@ -141,6 +142,9 @@ class RayBackend:
         self._loaded: tuple = (None, None)  # (training split, its ref) from load_data
         self.sizes: dict[int, int] = {}
         self._side: list[ValidationPart] = []  # validation parts waiting for the next round
+        # each worker's kind of machine (reuse_ray.machine), and a line when they differ
+        self.machine_kinds: list[dict[str, str]] = []
+        self.machine_note: str | None = None
         self._val_size: int | None = None  # the validation split's length (None: no split)
 
     def prepare(self) -> None:
@@ -208,8 +212,10 @@ class RayBackend:
         # held for the run, so restarted actors can rebuild; nested in a list so Ray passes
         # the refs themselves on every call
         self._setup_box = [setup_ref, train_ref]
-        ray.get([w.load.remote(self._setup_box) for w in self.workers]
-                + [self.server.load.remote(setup_ref)])  # fmt: skip
+        got = ray.get([w.load.remote(self._setup_box) for w in self.workers]
+                      + [self.server.load.remote(setup_ref)])  # fmt: skip
+        self.machine_kinds = got[: len(self.workers)]
+        self.machine_note = mixed_kinds_note(self.machine_kinds)
         self.restarts = 0
         self._snap_ref = None
         self._take_snapshot(0)

@@ -22,7 +22,9 @@ class Backend(Protocol):
     training split as the workers hold it, so the driver can drop its own copy;
     ``overlaps_validation = True`` lets the driver validate w_t while round t+1 runs; and
     ``validate_next_round()`` returns a handle whose ``result()`` is that validation, run by
-    the backend inside round t+1 (None: the driver validates on its own thread)."""
+    the backend inside round t+1 (None: the driver validates on its own thread); and after
+    ``start``, ``machine_note`` is a line for the console when the workers compute on more than
+    one kind of machine (:mod:`reuse_ray.machine`), else None."""
 
     name: str
 

@@ -308,6 +308,9 @@ def run_fl(
     try:
         probs = np.asarray(setup.probs)
         backend.start(setup)
+        note = getattr(backend, "machine_note", None)  # workers on several kinds of machine
+        if note:
+            say(f"[{run_id}] note: {note}")
         shared_train = getattr(backend, "shared_train", None)
         if owns_data and shared_train is not None:
             # the driver reads the training split only to set the run up: from now on it

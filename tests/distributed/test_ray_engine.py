@@ -155,6 +155,11 @@ def test_dg_cache_lives_in_the_object_store(tmp_path):
         assert len(refs) == 4 and all(isinstance(h, ray.ObjectRef) for h in refs)
         heads = sum(4 * h.numel() for h in state.signature.values())
         assert backend.memory_bytes()["server"] == sum(p.nbytes for p in packed) + heads > 0
+        # every worker said what it computes on: here one kind, this machine's, so no note
+        from reuse_ray.machine import machine_kind
+
+        assert backend.machine_kinds == [machine_kind("cpu")] * 2
+        assert backend.machine_note is None
     finally:
         backend.close()
 

@@ -397,3 +397,24 @@ def test_channels_last_runs_have_their_own_run_id_and_refuse_vectorize(tmp_path)
     assert run_fl(cl).status == "finished"
     with pytest.raises(ValueError, match="engine.channels_last"):
         small_config(tmp_path, engine__channels_last=True, engine__vectorize=True)
+
+
+def test_a_backend_whose_workers_span_machine_kinds_says_so_once(tmp_path):
+    """A backend's ``machine_note`` (the Ray backend's, when its workers run on several kinds
+    of machine) is one progress line at the run's start; the numbers do not change."""
+    from reuse_ray.machine import mixed_kinds_note
+
+    note = mixed_kinds_note([{"cpu": "A", "torch": "t", "capability": "X"},
+                             {"cpu": "B", "torch": "t", "capability": "X"}])  # fmt: skip
+
+    class Mixed(LocalBackend):
+        machine_note = note
+
+    cfg = dataclasses.replace(small_config(tmp_path / "a"), fl=FLConfig(
+        num_clients=4, clients_per_round=2, rounds=1))  # fmt: skip
+    lines: list[str] = []
+    assert run_fl(cfg, backend=Mixed(), progress=lines.append).status == "finished"
+    assert [ln for ln in lines if "note:" in ln] == [f"[{cfg.run_id}] note: {note}"]
+    plain: list[str] = []
+    run_fl(dataclasses.replace(cfg, results_dir=str(tmp_path / "b")), progress=plain.append)
+    assert not any("note:" in ln for ln in plain)

@@ -196,24 +196,11 @@ def run_case(name: str, results_dir: Path, backend: str = "local") -> str:
 
 
 def machine() -> dict[str, str]:
-    """What decides a CPU run's last bits here: the processor (vendor and model), torch's
-    version and the CPU capability ATen dispatches its vector kernels to."""
-    import platform
+    """What decides a CPU run's last bits here (:func:`reuse_ray.machine.machine_kind`): the
+    processor, torch's version and the CPU capability ATen dispatches its vector kernels to."""
+    from reuse_ray.machine import machine_kind
 
-    import torch
-
-    cpu = {"vendor_id": "", "model name": ""}
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() in cpu and not cpu[key.strip()]:
-                    cpu[key.strip()] = value.strip()
-    except OSError:
-        pass
-    name = " ".join(v for v in cpu.values() if v) or platform.processor() or platform.machine()
-    return {"cpu": name, "torch": torch.__version__,
-            "capability": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
+    return machine_kind("cpu")
 
 
 def _records() -> list[dict]:

@@ -1,0 +1,66 @@
+"""The kind of machine a process computes on: what decides a run's last bits there.
+
+A config and a seed give the same Parquet metrics bit for bit on machines of one kind
+(docs/methods.md, Conventions: Reproducibility). torch's kernels take other paths on another
+processor or GPU (MKL's matrix products, oneDNN's convolutions, ATen's vector code, cuDNN), so a
+pool whose client workers run on several kinds trains each client on whichever worker was free,
+and a rerun of the same config may then differ. The Ray backend collects every worker's kind
+when the run starts and says so when they differ.
+"""
+
+from __future__ import annotations
+
+import platform
+
+
+def _cpu_name() -> str:
+    """The processor's vendor and model, from /proc/cpuinfo (else what platform knows)."""
+    found = {"vendor_id": "", "model name": ""}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in found and not found[key]:
+                    found[key] = value.strip()
+                if all(found.values()):
+                    break
+    except OSError:
+        pass
+    name = " ".join(v for v in found.values() if v)
+    return name or platform.processor() or platform.machine()
+
+
+def machine_kind(device: str = "cpu") -> dict[str, str]:
+    """What decides this process's last bits: the processor, torch's version and the CPU
+    capability ATen dispatches to, and on ``cuda`` the GPU's name."""
+    import torch
+
+    kind = {"cpu": _cpu_name(), "torch": torch.__version__,
+            "capability": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
+    if device == "cuda" and torch.cuda.is_available():
+        kind["gpu"] = torch.cuda.get_device_name(torch.cuda.current_device())
+    return kind
+
+
+def describe(kind: dict[str, str]) -> str:
+    """A kind in a few words: ``AuthenticAMD AMD EPYC, torch 2.14.1, AVX512``."""
+    parts = [kind.get("cpu", "?"), f"torch {kind.get('torch', '?')}", kind.get("capability", "?")]
+    if "gpu" in kind:
+        parts.append(kind["gpu"])
+    return ", ".join(parts)
+
+
+def mixed_kinds_note(kinds: list[dict[str, str]]) -> str | None:
+    """One line for a pool whose workers run on more than one kind of machine (None for one
+    kind): how many workers on each, and what it means for a rerun."""
+    counts: dict[str, int] = {}
+    for kind in kinds:
+        counts[describe(kind)] = counts.get(describe(kind), 0) + 1
+    if len(counts) < 2:
+        return None
+    mix = "; ".join(f"{n} on {name}" for name, n in sorted(counts.items()))
+    return (f"the client workers run on {len(counts)} kinds of machine ({mix}): a client's "
+            "update can differ in the last bits with the worker that trains it, so a rerun "
+            "of this config may not reproduce this run bit for bit; for reproducible runs "
+            "give the client workers nodes of one kind")  # fmt: skip
