@@ -20,7 +20,7 @@ class Backend(Protocol):
     Optional members ``run_fl`` uses where a backend has them (the Ray backend does):
     ``prepare()`` starts workers before the data is loaded; ``shared_train()`` returns the
     training split as the workers hold it, so the driver can drop its own copy;
-    ``overlaps_validation = True`` lets the driver validate w_t while round t+1 runs; and
+    ``overlaps_validation = True`` lets the driver validate w_t while round t+1 runs;
     ``validate_next_round()`` returns a handle whose ``result()`` is that validation, run by
     the backend inside round t+1 (None: the driver validates on its own thread); and after
     ``start``, ``machine_note`` is a line for the console when the workers compute on more than
