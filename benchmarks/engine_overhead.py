@@ -30,7 +30,8 @@ Medians over ``--repeats``; ratios against plain-2t of the same run. A second ta
 where the CPU went during rounds 2–5 (``/proc/<pid>/stat``, sampled with the PSS): cores used by
 the launched process (the driver), the client workers (each), the server actor and every other
 process (Ray's own; Flower's actors), the share of it spent in the kernel, and the workers'
-minor page faults per round.
+minor page faults per round. A third says what the tree held at its peak: the PSS (and private
+anonymous memory) of the driver, each worker, the server and the other processes, the largest named.
 
     python benchmarks/engine_overhead.py [--rounds 6] [--repeats 2] [--models cnn_valid,cnn]
         [--arms plain-2t,plain-1t,local,ray,flower] [--flower-python .venv-flower/bin/python]
@@ -165,20 +166,42 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def tree_pss(root: int) -> int:
-    """PSS bytes of ``root`` and all its descendants."""
-    kids, total, todo = _children(), 0, [root]
+def _role(pid: int, root: int, cmd: bytes) -> str:
+    """driver (``root``), worker, server or ray (every other process: Ray's own, Flower's)."""
+    return ("driver" if pid == root else "worker" if b"ClientWorkerActor" in cmd
+            else "server" if b"ServerActor" in cmd else "ray")  # fmt: skip
+
+
+def _label(cmd: bytes) -> str:
+    """A process's short name: ``ray::Name`` as Ray titles it, else the script or binary."""
+    words = [w for w in cmd.split(b"\0") if w]
+    if not words:
+        return "?"
+    if words[0].startswith(b"ray::"):
+        return words[0].decode(errors="replace").split()[0]
+    scripts = [w for w in words[1:] if w.endswith(b".py")]
+    return Path((scripts[0] if scripts else words[0]).decode(errors="replace")).name
+
+
+def tree_memory(root: int) -> dict[int, tuple[str, str, int, int]]:
+    """``pid -> (role, short name, PSS bytes, anonymous bytes)`` for ``root`` and all its
+    descendants (``/proc/<pid>/smaps_rollup``)."""
+    kids, out, todo = _children(), {}, [root]
     while todo:
         pid = todo.pop()
         todo.extend(kids.get(pid, []))
         try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
+            fields = {}
             for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                if line.startswith("Pss:"):
-                    total += int(line.split()[1]) * 1024
-                    break
-        except OSError:
+                key, _, rest = line.partition(":")
+                if key in ("Pss", "Anonymous"):
+                    fields[key] = int(rest.split()[0]) * 1024
+        except (OSError, ValueError, IndexError):
             continue
-    return total
+        out[pid] = (_role(pid, root, cmd), _label(cmd), fields.get("Pss", 0),
+                    fields.get("Anonymous", 0))  # fmt: skip
+    return out
 
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -197,9 +220,7 @@ def tree_cpu(root: int) -> dict[int, tuple[str, float, float, int]]:
         except OSError:
             continue
         f = stat[stat.rindex(")") + 2 :].split()
-        role = ("driver" if pid == root else "worker" if b"ClientWorkerActor" in cmd
-                else "server" if b"ServerActor" in cmd else "ray")  # fmt: skip
-        out[pid] = (role, int(f[11]) / TICK, int(f[12]) / TICK, int(f[7]))
+        out[pid] = (_role(pid, root, cmd), int(f[11]) / TICK, int(f[12]) / TICK, int(f[7]))
     return out
 
 
@@ -234,7 +255,7 @@ def launch(cmd: list[str], env: dict[str, str]) -> dict:
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=ROOT)  # fmt: skip
     samples: list = []
-    peaks = [0]
+    peaks: list = [0, {}]  # the tree's peak PSS and its processes then
     lines: list[str] = []
     reader = threading.Thread(target=lambda: lines.extend(proc.stdout), daemon=True)
     reader.start()
@@ -246,7 +267,10 @@ def launch(cmd: list[str], env: dict[str, str]) -> dict:
         with contextlib.suppress(OSError, AttributeError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         while proc.poll() is None:
-            peaks[0] = max(peaks[0], tree_pss(proc.pid))
+            mem = tree_memory(proc.pid)
+            total = sum(pss for _, _, pss, _ in mem.values())
+            if total > peaks[0]:
+                peaks[:] = [total, mem]
             samples.append((time.time(), tree_cpu(proc.pid)))
             time.sleep(0.5)
 
@@ -254,7 +278,7 @@ def launch(cmd: list[str], env: dict[str, str]) -> dict:
     sampler.start()
     proc.wait()
     sampler.join()
-    peak = peaks[0]
+    peak, at_peak = peaks
     reader.join()
     wall = time.time() - t_launch
     result = [ln for ln in lines if ln.startswith("RESULT ")]
@@ -271,6 +295,7 @@ def launch(cmd: list[str], env: dict[str, str]) -> dict:
         "wall": wall,
         "pss": peak,
         "cpu": cpu_window(samples, ends[0], ends[4]),
+        "at_peak": at_peak,
     }
 
 
@@ -284,6 +309,32 @@ def cpu_line(arm: str, cpu: dict, rounds: float) -> str:
     return (f"  | {arm} | {sum(c.get('driver', [])):.2f} | {workers} | "
             f"{sum(c.get('server', [])):.2f} | {sum(c.get('ray', [])):.2f} | "
             f"{100 * cpu['kernel']:.1f} % | {per_round:,.0f} |")  # fmt: skip
+
+
+def memory_line(arm: str, at_peak: dict) -> str:
+    """One row of the memory table: PSS (private memory in brackets) of the driver, each
+    worker, the server and the other processes, the largest of those named, at the tree's
+    peak."""
+    if not at_peak:
+        return f"  | {arm} | – | – | – | – | – |"
+
+    def gb(pss: int, anon: int) -> str:
+        return f"{pss / 1e9:.2f} ({anon / 1e9:.2f})"
+
+    by: dict[str, list] = {}
+    for role, label, pss, anon in at_peak.values():
+        by.setdefault(role, []).append((pss, anon, label))
+
+    def total(role: str) -> str:
+        got = by.get(role, [])
+        return gb(sum(x[0] for x in got), sum(x[1] for x in got)) if got else "–"
+
+    workers = " + ".join(gb(p, a) for p, a, _ in sorted(by.get("worker", []), reverse=True))
+    others = sorted(by.get("ray", []), reverse=True)
+    named = ", ".join(f"{label} {p / 1e6:.0f}" for p, _, label in others[:4])
+    rest = f"{total('ray')}: {named} MB" if others else "–"
+    return (f"  | {arm} | {total('driver')} | {workers or '–'} | {total('server')} | {rest} | "
+            f"{sum(x[2] for x in at_peak.values()) / 1e9:.2f} |")  # fmt: skip
 
 
 def arm_command(arm: str, args: argparse.Namespace, model: str) -> list[str] | None:
@@ -340,8 +391,8 @@ def main() -> None:
                     f"wall {m['wall']:5.1f} s, peak PSS {m['pss'] / 1e9:4.2f} GB",
                     flush=True,
                 )
-        med = {a: {k: statistics.median(r[k] for r in runs[a]) for k in runs[a][0] if k != "cpu"}
-               for a in arms}  # fmt: skip
+        med = {a: {k: statistics.median(r[k] for r in runs[a]) for k in runs[a][0]
+                   if k not in ("cpu", "at_peak")} for a in arms}  # fmt: skip
         ref = med.get("plain-2t")
         print(f"\n  {model}, medians of {args.repeats}:")
         print(
@@ -363,6 +414,13 @@ def main() -> None:
         for a in arms:
             last = runs[a][-1]
             print(cpu_line(a, last["cpu"], 4 if last["cpu"] else 0))
+        print(f"\n  {model}, memory at the tree's peak PSS (the last repeat of each arm; GB, "
+              "PSS with the private anonymous memory in brackets):")  # fmt: skip
+        print("  | engine | driver | workers | server | other processes (the largest, PSS) "
+              "| tree |")  # fmt: skip
+        print("  |---|---|---|---|---|---|")
+        for a in arms:
+            print(memory_line(a, runs[a][-1]["at_peak"]))
         print(flush=True)
 
 
