@@ -1,7 +1,7 @@
 """The kind of machine a process computes on: what decides a run's last bits there.
 
 A config and a seed give the same Parquet metrics bit for bit on machines of one kind
-(docs/methods.md, Conventions: Reproducibility). torch's kernels take other paths on another
+(docs/methods.md, Conventions: Reproducibility). torch's kernels can take other paths on another
 processor or GPU (MKL's matrix products, oneDNN's convolutions, ATen's vector code, cuDNN), so a
 pool whose client workers run on several kinds trains each client on whichever worker was free,
 and a rerun of the same config may then differ. The Ray backend collects every worker's kind

@@ -5,8 +5,8 @@ and config columns excluded: only what a run computed). A deliberate numeric cha
 digests in its own commit: ``python -m tests.golden.cases --write``.
 
 Bits are a property of a machine as well as of the code: torch's CPU kernels (MKL's BLAS, oneDNN's
-convolutions, ATen's vector code) take other paths on another processor, so the same commit gives
-other last bits on an AMD EPYC than on an Intel Xeon. The digests are therefore recorded per
+convolutions, ATen's vector code) can take other paths on another processor, and the same commit
+gives other last bits on an AMD EPYC than on an Intel Xeon. The digests are therefore recorded per
 machine (:func:`machine`: processor, torch version, ATen's CPU capability). A machine with no
 record skips the check, saying so; ``--write`` adds or updates this machine's record, and where
 that changes any digest of an existing record for this machine (a numeric change of the code) the
