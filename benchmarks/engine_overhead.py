@@ -183,13 +183,21 @@ def _label(cmd: bytes) -> str:
     return Path((scripts[0] if scripts else words[0]).decode(errors="replace")).name
 
 
+def _tree(root: int) -> list[int]:
+    """``root`` and all its descendants."""
+    kids, out, todo = _children(), [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(kids.get(pid, []))
+    return out
+
+
 def tree_memory(root: int) -> dict[int, tuple[str, str, int, int]]:
     """``pid -> (role, short name, PSS bytes, anonymous bytes)`` for ``root`` and all its
     descendants (``/proc/<pid>/smaps_rollup``)."""
-    kids, out, todo = _children(), {}, [root]
-    while todo:
-        pid = todo.pop()
-        todo.extend(kids.get(pid, []))
+    out = {}
+    for pid in _tree(root):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             fields = {}
@@ -210,10 +218,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 def tree_cpu(root: int) -> dict[int, tuple[str, float, float, int]]:
     """``pid -> (role, user s, kernel s, minor faults)`` for ``root`` and its descendants;
     role: driver (``root``), worker, server or ray."""
-    kids, out, todo = _children(), {}, [root]
-    while todo:
-        pid = todo.pop()
-        todo.extend(kids.get(pid, []))
+    out = {}
+    for pid in _tree(root):
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
