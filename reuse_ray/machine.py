@@ -11,10 +11,12 @@ when the run starts and says so when they differ.
 from __future__ import annotations
 
 import platform
+from collections import Counter
 
 
-def _cpu_name() -> str:
-    """The processor's vendor and model, from /proc/cpuinfo (else what platform knows)."""
+def cpu_info() -> dict[str, str]:
+    """The processor's ``vendor_id`` and ``model name`` from /proc/cpuinfo (empty where
+    unknown)."""
     found = {"vendor_id": "", "model name": ""}
     try:
         with open("/proc/cpuinfo") as f:
@@ -27,7 +29,12 @@ def _cpu_name() -> str:
                     break
     except OSError:
         pass
-    name = " ".join(v for v in found.values() if v)
+    return found
+
+
+def _cpu_name() -> str:
+    """The processor's vendor and model (else what platform knows)."""
+    name = " ".join(v for v in cpu_info().values() if v)
     return name or platform.processor() or platform.machine()
 
 
@@ -54,9 +61,7 @@ def describe(kind: dict[str, str]) -> str:
 def mixed_kinds_note(kinds: list[dict[str, str]]) -> str | None:
     """One line for a pool whose workers run on more than one kind of machine (None for one
     kind): how many workers on each, and what it means for a rerun."""
-    counts: dict[str, int] = {}
-    for kind in kinds:
-        counts[describe(kind)] = counts.get(describe(kind), 0) + 1
+    counts = Counter(describe(kind) for kind in kinds)
     if len(counts) < 2:
         return None
     mix = "; ".join(f"{n} on {name}" for name, n in sorted(counts.items()))

@@ -293,14 +293,9 @@ def _now() -> str:
 
 
 def _machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")),
-                         None)  # fmt: skip
-        cpu = model or cpu
-    except OSError:
-        pass
+    from ..machine import cpu_info
+
+    cpu = cpu_info()["model name"] or platform.processor() or platform.machine()
     mem = ""
     try:
         pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
