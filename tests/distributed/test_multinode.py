@@ -6,6 +6,7 @@ row and duplicates none. The cluster has its own temp dir and is stopped by its 
 from __future__ import annotations
 
 import copy
+import re
 import threading
 import time
 
@@ -108,12 +109,10 @@ def test_one_runs_client_workers_span_nodes_and_change_no_number(cluster, tmp_pa
 
 def test_removing_a_worker_node_mid_sweep_loses_and_duplicates_no_row(cluster, tmp_path):
     c, nodes = cluster
-    rounds = 6
+    rounds = 8
     spec = parse_sweep(_sweep(tmp_path, "removal", samples=4, rounds=rounds))
     victim = nodes[1]
     removed = threading.Event()
-
-    hit: list[str] = []
 
     def remove_when_a_trial_runs_there() -> None:
         deadline = time.monotonic() + 300
@@ -122,13 +121,12 @@ def test_removing_a_worker_node_mid_sweep_loses_and_duplicates_no_row(cluster, t
             rows = read_table_if_any(spec.results_dir, "rounds")
             if runs is not None and rows is not None:
                 there = runs[(runs["ray_node"] == victim.node_id) & (runs["status"] == "running")]
-                mid = sorted(set(there["run_id"]) & set(rows["run_id"]))
-                if mid:  # a trial on the victim node has written rounds and is still running
+                done = rows[rows["run_id"].isin(there["run_id"])].groupby("run_id")["round"].max()
+                if (done <= rounds // 2).any():  # a trial there has rounds written and to come
                     c.remove_node(victim, allow_graceful=False)
-                    hit.extend(mid)
                     removed.set()
                     return
-            time.sleep(0.2)
+            time.sleep(0.1)
 
     killer = threading.Thread(target=remove_when_a_trial_runs_there, daemon=True)
     killer.start()
@@ -145,7 +143,12 @@ def test_removing_a_worker_node_mid_sweep_loses_and_duplicates_no_row(cluster, t
         rows.groupby("run_id")["round"].apply(sorted).map(list).tolist()
         == [list(range(1, rounds + 1))] * 4
     )
-    # the trials the removal hit were restarted from their checkpoints on the other node, and
-    # the console said so
-    assert set(runs.set_index("run_id").loc[hit, "ray_node"]) == {nodes[0].node_id}
-    assert any("(its process or node died); restarting" in line for line in said), said
+    # the console named the trials the removal hit; each was restarted from its checkpoint and
+    # finished on the other worker node. (Which trials those are is read from the console: a
+    # trial seen running there may still finish in the moment before the node goes.)
+    restarted = {m.group(1) for line in said
+                 if (m := re.search(r"trial (\S+) failed \(its process or node died\); "
+                                    r"restarting", line))}  # fmt: skip
+    assert restarted, said
+    assert set(runs["trial_id"]) >= restarted
+    assert set(runs.set_index("trial_id").loc[sorted(restarted), "ray_node"]) == {nodes[0].node_id}

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import os
 import signal
-import threading
-import time
 
 import numpy as np
 import pandas as pd
@@ -187,22 +185,48 @@ def test_per_client_memories_live_in_the_object_store(tmp_path, method):
         backend.close()
 
 
+class _KillOnSubmit:
+    """Worker 0's handle, killing its actor (Ray restarts it) right after the first client
+    task is submitted to it: the task is then certainly in flight, queued or running."""
+
+    def __init__(self, handle):
+        self.handle, self.killed = handle, False
+
+    def __getattr__(self, name):
+        return getattr(self.handle, name)
+
+    @property
+    def run_many(self):  # the pool calls ``run_many.options(...).remote(...)``
+        return self
+
+    def options(self, **kw):
+        self.kw = kw
+        return self
+
+    def remote(self, *args):
+        out = self.handle.run_many.options(**self.kw).remote(*args)
+        if not self.killed:
+            ray.kill(self.handle, no_restart=False)
+            self.killed = True
+        return out
+
+
 class _KillingBackend(RayBackend):
-    """Kills worker 0 while round 2's tasks run; records its pid before and after."""
+    """Kills worker 0 with round 2's first task in flight; records its pid before and
+    after."""
 
     def run_round(self, t, selected):
-        if t == 2:
-            self.pid_before = ray.get(self.workers[0].pid.remote())
-            victim = self.workers[0]
-
-            def kill():
-                time.sleep(0.3)
-                ray.kill(victim, no_restart=False)
-
-            threading.Thread(target=kill, daemon=True).start()
-        report = super().run_round(t, selected)
-        if t == 2:
-            self.pid_after = ray.get(self.workers[0].pid.remote())
+        if t != 2:
+            return super().run_round(t, selected)
+        self.pid_before = ray.get(self.workers[0].pid.remote())
+        handle = self.workers[0]
+        self.workers[0] = proxy = _KillOnSubmit(handle)
+        try:
+            report = super().run_round(t, selected)
+        finally:
+            self.workers[0] = handle
+        assert proxy.killed
+        self.pid_after = ray.get(self.workers[0].pid.remote())
         return report
 
 

@@ -15,6 +15,7 @@ import yaml
 from conftest import ray_temp_dir, stop_ray_under
 
 from reuse_ray.results import TIMING_COLUMNS, read_table
+from reuse_ray.results.reader import read_table_if_any
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -70,15 +71,20 @@ def test_kill_driver_then_resume_matches_an_uninterrupted_sweep(tmp_path):
                             start_new_session=True)  # fmt: skip
     try:
         deadline = time.time() + 300
-        while time.time() < deadline:  # kill once some trial has finished and others have not
-            try:
-                runs = read_table(hit, "runs")
-            except Exception:  # noqa: BLE001 - nothing written yet
-                runs = None
-            if runs is not None and (runs["status"] == "finished").sum() >= 1 and (
-                    runs["status"] == "running").any():  # fmt: skip
-                break
-            time.sleep(0.5)
+        # kill once some trial has finished and another has at most 4 of its 10 rounds written:
+        # the search is then at least 6 rounds from its end, so the kill lands mid-search
+        while time.time() < deadline:
+            runs = read_table_if_any(hit, "runs")
+            rows = read_table_if_any(hit, "rounds")
+            if runs is not None and (runs["status"] == "finished").sum() >= 1:
+                running = runs.loc[runs["status"] == "running", "run_id"]
+                written = (
+                    rows[rows["run_id"].isin(running)].groupby("run_id")["round"].max()
+                    if rows is not None else pd.Series(dtype=float)
+                )  # fmt: skip
+                if any(written.get(r, 0) <= 4 for r in running):
+                    break
+            time.sleep(0.2)
         else:
             pytest.fail("the sweep never reached a mid-way state")
         os.killpg(proc.pid, signal.SIGKILL)
