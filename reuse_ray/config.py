@@ -595,6 +595,9 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
         if "=" not in item:
             raise ConfigError(item, "override must look like a.b=value")
         key, raw = item.split("=", 1)
+        if not all(part.strip() for part in key.split(".")):
+            raise ConfigError(item, "override must look like a.b=value (a field name on each "
+                                    "side of every dot)")  # fmt: skip
         value = parse_yaml(raw, f"--set {item}") if raw.strip() else ""
         if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
             value = raw.strip()  # off/on/yes/no on the command line mean the word

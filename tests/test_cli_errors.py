@@ -178,6 +178,8 @@ OWN = [  # more of our own
     ("seed-negative", run_set("seed=-3"), "'seed'"),
     ("lr-nan", run_set("train.lr=nan"), "not a finite number"),
     ("set-no-equals", run_set("fl.rounds"), "override must look like"),
+    ("set-empty-key", run_set("=3"), "'=3': override must look like"),
+    ("set-empty-segment", run_set("fl..rounds=3"), "override must look like"),
     ("set-into-scalar", run_set("seed.x=1"), "'seed' is not a block"),
     ("yaml-list-root", run_file("- 1\n- 2\n"), "must hold a mapping"),
     ("binary-config", run_file(b"\xff\xfe\x00\x81bad"), "cannot be read"),
