@@ -80,6 +80,30 @@ def _check_range(
         raise ConfigError(name, f"{value!r} is out of range; allowed: {left}{lo_s}, {hi_s}{right}")
 
 
+RAY_ADDRESS_FORMS = "auto, local, host:port (a head node's GCS) or ray://host[:port] (Ray Client)"
+
+
+def ray_address_problem(address: str) -> str | None:
+    """Why ``address`` is not one Ray can connect to (None when it is): ``auto``, ``local``,
+    ``host:port`` or ``ray://host[:port]``, the forms ``ray.init`` takes."""
+    if address in ("auto", "local"):
+        return None
+    if address.startswith(("http://", "https://")):
+        return (f"{address!r} is a dashboard address (what `ray job submit --address` takes); "
+                f"allowed here: {RAY_ADDRESS_FORMS}")  # fmt: skip
+    client = address.startswith("ray://")
+    rest = address.removeprefix("ray://")
+    host, sep, port = rest.rpartition(":")
+    if not sep:  # no port: only a Ray Client address may omit it
+        host, port = rest, None
+    host = host.removeprefix("[").removesuffix("]")  # an IPv6 host in brackets
+    if not host or any(c in host for c in "/ ?#@") or (port is None and not client):
+        return f"{address!r}; allowed: {RAY_ADDRESS_FORMS}"
+    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
+        return f"{address!r}: port {port!r} is not a number in 1..65535"
+    return None
+
+
 def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(name, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
@@ -388,6 +412,12 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _check_choice("backend", self.backend, BACKENDS)
+        if self.ray_address is not None:
+            if not isinstance(self.ray_address, str):
+                raise ConfigError("ray_address", f"{self.ray_address!r}; allowed: "
+                                  f"{RAY_ADDRESS_FORMS}")  # fmt: skip
+            if problem := ray_address_problem(self.ray_address):
+                raise ConfigError("ray_address", problem)
         if self.channels_last and self.vectorize:
             raise ConfigError("channels_last", "applies to the per-client loop; allowed with "
                               "engine.vectorize: false only")  # fmt: skip

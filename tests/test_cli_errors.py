@@ -203,6 +203,39 @@ OWN = [  # more of our own
     ("sweep-num-samples", sweep_file(_with(SWEEP, "search.num_samples", 0)), "search.num_samples"),
     ("sweep-space", sweep_file(_with(SWEEP, "search.space", "nope")), "unknown space 'nope'"),
     (
+        "sweep-grid-with-tpe",
+        sweep_file(_with(SWEEP, "search.grid", {"train.lr": [0.1]})),
+        "search.grid': read by the grid and none searchers only",
+    ),
+    (
+        "sweep-top-0",
+        sweep_file(_with(SWEEP, "final", {"seeds": [5], "top": 0})),
+        "'final.top': 0; allowed: an integer > 0",
+    ),
+    (
+        "address-garbage",
+        run_set("engine.backend=ray", "engine.ray_address=garbage"),
+        "'engine.ray_address': 'garbage'; allowed: auto, local, host:port",
+    ),
+    (
+        "address-port",
+        run_set("engine.backend=ray", "engine.ray_address=h:99999"),
+        "port '99999' is not a number in 1..65535",
+    ),
+    ("ray-address-env", run_set("engine.backend=ray"), "RAY_ADDRESS='nonsense'; allowed:"),
+    (
+        "address-dashboard",
+        lambda tmp: [
+            "run",
+            _file(tmp, "c.yaml", RUN),
+            "--backend",
+            "ray",
+            "--address",
+            "http://127.0.0.1:8265",
+        ],
+        "is a dashboard address",
+    ),
+    (
         "sweep-grid-scalar",
         sweep_file(_with(_with(SWEEP, "search.searcher", "grid"), "search.grid", {"fl.rounds": 3})),
         "search.grid",
@@ -239,6 +272,8 @@ def done(tmp_path_factory):
 def test_bad_input_is_one_line_exit_2(name, argv, fragment, tmp_path, done, capsys, monkeypatch):
     (tmp_path / "done").symlink_to(done, target_is_directory=True)
     monkeypatch.setenv("REUSE_RAY_CONNECT_TIMEOUT", "5")
+    if name == "ray-address-env":
+        monkeypatch.setenv("RAY_ADDRESS", "nonsense")
     if name == "cuda-no-gpu":
         import torch
 

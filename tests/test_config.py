@@ -96,3 +96,20 @@ def test_frozen_and_run_id_stable():
     assert "method.fedadam.tau" not in flatten(a)
     adam = from_dict(RunConfig, {"method": {"name": "fedadam"}})
     assert flatten(adam)["method.fedadam.tau"] == 1e-3
+
+
+@pytest.mark.parametrize(
+    ("address", "ok"),
+    [("auto", True), ("local", True), ("127.0.0.1:6379", True), ("head.example:6379", True),
+     ("[::1]:6379", True), ("ray://head", True), ("ray://head:10001", True),
+     ("garbage", False), ("head:0", False), ("head:65536", False), ("head:x", False),
+     (":6379", False), ("ray://", False), ("ray://h:x", False), ("http://head:8265", False),
+     ("a/b:1", False)],
+)  # fmt: skip
+def test_ray_addresses_in_the_forms_ray_init_takes(address, ok):
+    from reuse_ray.config import ray_address_problem
+
+    assert (ray_address_problem(address) is None) is ok
+    if not ok:
+        with pytest.raises(ConfigError, match="engine.ray_address"):
+            from_dict(RunConfig, {"engine": {"ray_address": address}})

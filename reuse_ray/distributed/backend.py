@@ -25,7 +25,7 @@ import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..algorithms.api import ClientTask, RoundPlan
-from ..config import DataConfig, RunConfig
+from ..config import DataConfig, RunConfig, ray_address_problem
 from ..data.registry import FederatedData, default_root, load_apart, load_dataset
 from ..engine.records import ClientOutcome, RoundReport, RunSetup
 from ..engine.round import play_round
@@ -51,9 +51,10 @@ CONNECT_HINT = (
 
 def _probe(address: str, timeout: float) -> None:
     """Fail fast, with one line, when nothing listens at host:port."""
-    host, _, port = address.rpartition(":")
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    host = host.removeprefix("[").removesuffix("]")
     if not host or not port.isdigit():
-        return  # not host:port (e.g. a ray:// client address): let Ray judge it
+        return  # a Ray Client address without its port: let Ray judge it
     try:
         socket.create_connection((host, int(port)), timeout=timeout).close()
     except OSError as err:
@@ -95,7 +96,11 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     ($REUSE_RAY_CONNECT_TIMEOUT, default 30 s), never a hang."""
     if ray.is_initialized():
         return
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    if not address and (env := os.environ.get("RAY_ADDRESS")):
+        if problem := ray_address_problem(env):
+            raise UserError(f"RAY_ADDRESS={problem}")
+        address = env
+    address = address or None
     kwargs: dict = {"include_dashboard": False} if address is None else {}
     if address is None and num_cpus is not None:
         kwargs["num_cpus"] = num_cpus

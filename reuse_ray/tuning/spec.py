@@ -213,8 +213,8 @@ def _positive(path: str, value: Any, integer: bool = False, zero: bool = False) 
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     ok = ok and (value >= 0 if zero else value > 0) and (not integer or float(value).is_integer())
     if not ok:
-        kind = "integer" if integer else "number"
-        raise ConfigError(path, f"{value!r}; allowed: a {kind} {'>= 0' if zero else '> 0'}")
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(path, f"{value!r}; allowed: {kind} {'>= 0' if zero else '> 0'}")
 
 
 def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
@@ -249,6 +249,10 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
             raise ConfigError("search.grid", f"the {search.searcher} searcher needs a grid")
     elif not search.space:
         raise ConfigError("search.space", f"the {search.searcher} searcher needs a space module")
+    elif search.grid:  # it would be ignored: the space module says what is searched
+        raise ConfigError("search.grid", f"read by the grid and none searchers only; the "
+                          f"{search.searcher} searcher samples search.space "
+                          f"({search.space!r})")  # fmt: skip
     if search.objective == "pareto" and search.searcher not in ("nsga2", "random", "grid"):
         raise ConfigError("search.objective", "pareto needs searcher nsga2, random or grid")
     if search.space:
