@@ -341,7 +341,10 @@ def run_fl(
 
         def finish(p: _Played, notify: bool = True) -> None:
             """Record a played round once its validation is in: rows, scalars, progress,
-            flushes, the checkpoint and the caller's hook, in round order."""
+            flushes, the checkpoint and the caller's hook, in round order. A round counts as
+            completed (the runs row's ``rounds_completed``) once its row is recorded, so a run
+            stopped mid-way never claims a round its tables lack."""
+            nonlocal completed
             t, val = p.round, p.val
             wall = p.wall
             if _is_pending(val):
@@ -349,6 +352,7 @@ def run_fl(
                 val = val.result()
                 wall += time.perf_counter() - waited
             row = recorder.record(t, p.report, val, wall)
+            completed = t
             if scalars is not None:
                 scalars.add(t, row, p.report, val)
             if tracked is not None:
@@ -382,7 +386,6 @@ def run_fl(
                     status, error = "diverged", f"non-finite loss or update in round {t}"
                     say(f"[{run_id}] round {t}: diverged (non-finite loss or update); stopping")
                     break
-                completed = t
                 ckpt = bool(hooks.checkpoint_every and t % hooks.checkpoint_every == 0
                             and t < cfg.fl.rounds)  # fmt: skip
                 val: Any = None

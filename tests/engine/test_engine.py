@@ -167,6 +167,31 @@ def test_a_crash_marks_the_run_failed_and_keeps_written_rows(tmp_path):
     assert leftovers == []
 
 
+def test_an_interrupt_during_a_rounds_validation_claims_no_round_the_tables_lack(
+    tmp_path, monkeypatch
+):
+    """Ctrl-C while round 3 validates (its training and server step done, its row not yet
+    recorded): the runs row counts the 2 rounds the rounds table holds."""
+    from reuse_ray.engine import loop
+
+    real, calls = loop.evaluate, []
+
+    def evaluate(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "evaluate", evaluate)
+    cfg = small_config(tmp_path, fl__rounds=5, fl__eval_every=1)
+    with pytest.raises(KeyboardInterrupt):
+        run_fl(cfg)
+    runs = read_table(cfg.results_dir, "runs")
+    assert runs.iloc[0]["status"] == "failed" and runs.iloc[0]["rounds_completed"] == 2
+    assert runs.iloc[0]["final_round"] == 2
+    assert sorted(read_table(cfg.results_dir, "rounds")["round"]) == [1, 2]
+
+
 def test_divergence_is_recorded_with_last_finite_metrics(tmp_path):
     cfg = small_config(tmp_path, train__lr=2.0, fl__rounds=6, fl__eval_every=1)
     summary = run_fl(cfg)
