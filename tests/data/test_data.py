@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from conftest import write_cifar_like, write_mnist_like, write_pathmnist
@@ -139,6 +141,34 @@ def test_torchvision_cifar_pickle_loaders(tmp_path, monkeypatch, hundred):
     test = d.test()
     assert np.array_equal(test.x, arrays["test_x"]) and np.array_equal(test.y, arrays["test_y"])
     assert len(d.train) + len(d.val) == len(arrays["train_y"])
+
+
+class _Payload:
+    """Unpickling this touches a marker file: proof that a pickle was loaded."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+@pytest.mark.parametrize("hundred", [False, True])
+def test_a_crafted_cifar_pickle_is_refused_unread(tmp_path, hundred):
+    """CIFAR's files are pickles; only the published ones (their md5 sums, checked by the
+    real loader before it unpickles) are read. Crafted files in the right places: one clear
+    error, and no pickle was loaded."""
+    import pickle
+
+    write_cifar_like(tmp_path, hundred=hundred)
+    marker = tmp_path / "unpickled"
+    folder = tmp_path / ("cifar-100-python" if hundred else "cifar-10-batches-py")
+    for f in folder.iterdir():
+        f.write_bytes(pickle.dumps(_Payload(marker)))
+    name = "cifar100" if hundred else "cifar10"
+    with pytest.raises(DatasetUnavailableError, match="corrupted"):
+        load_dataset(DataConfig(name=name, root=str(tmp_path)))
+    assert not marker.exists()
 
 
 def test_medmnist_pathmnist_uses_its_own_val_split(tmp_path):
