@@ -117,6 +117,8 @@ def _tune_run(
     )
     path = f"{storage}/{name}"
     if resume and tune.Tuner.can_restore(path, storage_filesystem=fs):
+        if fs is None:  # a local or mounted folder: its owner and modes say who wrote it
+            check_tune_state_is_yours(path)
         tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
                                    resume_errored=True, storage_filesystem=fs)  # fmt: skip
     else:
@@ -158,6 +160,42 @@ def quiet_tune() -> None:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     for name in ("ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def check_tune_state_is_yours(path: str) -> None:
+    """Refuse to resume from Tune state someone else could have written.
+
+    ``Tuner.restore`` unpickles the experiment's state (``tuner.pkl``, the searcher's state,
+    each trial's ``params.pkl``), and unpickling runs code. On a local or mounted filesystem
+    every entry of the experiment folder must be owned by this user, writable by nobody else
+    and not a symbolic link (the checks ssh makes of its keys); one that is not is named in one
+    line and nothing is read. Object stores carry no owner, so there the rule stays the user's:
+    resume only roots you or your cluster wrote (README)."""
+    import stat
+
+    me = os.getuid()
+
+    def refuse(entry: str, why: str) -> None:
+        raise UserError(f"sweep --resume: {entry} {why}; Tune unpickles its experiment state "
+                        f"when it resumes, so it resumes only from files you own and nobody "
+                        f"else can write — check them, then `chmod -R go-w {path}` (or `chown`), "
+                        f"or run the sweep into a fresh --results")  # fmt: skip
+
+    def check(entry: str) -> None:
+        st = os.lstat(entry)
+        if stat.S_ISLNK(st.st_mode):
+            refuse(entry, "is a symbolic link")
+        if st.st_uid != me:
+            refuse(entry, f"is owned by uid {st.st_uid}, not by you (uid {me})")
+        if st.st_mode & stat.S_IWOTH:
+            refuse(entry, "is writable by others")
+        if st.st_mode & stat.S_IWGRP:
+            refuse(entry, "is writable by its group")
+
+    for top, dirs, files in os.walk(path):  # links are not followed: listed, then refused
+        check(top)
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
+            check(os.path.join(top, name))
 
 
 def tune_storage(results_dir: str):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import pickle
 from pathlib import Path
 
 import numpy as np
@@ -164,6 +165,65 @@ def test_tpe_search_then_final_stage_validation_only(tmp_path):
     # rerunning without --resume refuses to overwrite
     with pytest.raises(UserError, match="--resume"):
         run_sweep(parse_sweep(raw), say=lambda m: None)
+    # a crafted tuner.pkl left group-writable: --resume refuses it, and nothing is unpickled
+    state = next((tmp_path / "sweep" / "_tune").glob("*-search/tuner.pkl"))
+    marker = tmp_path / "unpickled"
+    state.write_bytes(pickle.dumps(_Payload(marker)))
+    state.chmod(0o664)
+    with pytest.raises(UserError, match=r"tuner\.pkl is writable by its group"):
+        run_sweep(parse_sweep(raw), resume=True, say=lambda m: None)
+    assert not marker.exists()
+
+
+class _Payload:
+    """Unpickling this touches a marker file: proof that a pickle was loaded."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def _tune_state(root):
+    exp = root / "_tune" / "x-search"
+    (exp / "trial-1").mkdir(parents=True)
+    for f in (exp / "tuner.pkl", exp / "experiment_state-1.json", exp / "trial-1" / "params.pkl"):
+        f.write_bytes(b"state")
+        f.chmod(0o644)
+    for d in (root / "_tune", exp, exp / "trial-1"):
+        d.chmod(0o755)
+    return exp
+
+
+def test_resume_reads_tune_state_only_when_this_user_alone_could_have_written_it(tmp_path):
+    from reuse_ray.tuning.sweep import check_tune_state_is_yours
+
+    exp = _tune_state(tmp_path / "ok")
+    check_tune_state_is_yours(str(exp))  # owned by this user, writable by nobody else
+    exp = _tune_state(tmp_path / "other")
+    (exp / "trial-1" / "params.pkl").chmod(0o646)
+    with pytest.raises(UserError, match=r"params\.pkl is writable by others"):
+        check_tune_state_is_yours(str(exp))
+    exp = _tune_state(tmp_path / "dir")
+    (exp / "trial-1").chmod(0o775)
+    with pytest.raises(UserError, match=r"trial-1 is writable by its group"):
+        check_tune_state_is_yours(str(exp))
+    exp = _tune_state(tmp_path / "link")
+    elsewhere = tmp_path / "elsewhere.pkl"
+    elsewhere.write_bytes(b"x")
+    (exp / "searcher-state-1.pkl").symlink_to(elsewhere)
+    with pytest.raises(UserError, match=r"searcher-state-1\.pkl is a symbolic link"):
+        check_tune_state_is_yours(str(exp))
+    exp = _tune_state(tmp_path / "dirlink")
+    (exp / "trial-2").symlink_to(tmp_path / "ok", target_is_directory=True)
+    with pytest.raises(UserError, match=r"trial-2 is a symbolic link"):
+        check_tune_state_is_yours(str(exp))
+    if os.getuid() == 0:  # only root can give a file away
+        exp = _tune_state(tmp_path / "owner")
+        os.chown(exp / "tuner.pkl", 12345, 12345)
+        with pytest.raises(UserError, match=r"tuner\.pkl is owned by uid 12345, not by you"):
+            check_tune_state_is_yours(str(exp))
 
 
 def test_nsga2_pareto_and_retention_and_grid(tmp_path):
