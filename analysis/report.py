@@ -31,6 +31,7 @@ def write_report(
         locations = [locations]
     res_all = load(locations)
     res = _final_or_all(res_all)
+    tables.check_results(res, ", ".join(str(x) for x in locations))
     T = T or tables.budget_rounds(res)
     tables.check_round(res, T)  # every argument checked before anything is written
     tables.check_arm(res, reference)

@@ -72,6 +72,23 @@ def _paired(df: pd.DataFrame, value: str, arm: str, reference: str, seed: int) -
             "lo": lo, "hi": hi}  # fmt: skip
 
 
+def check_results(res: Results, where: str) -> None:
+    """There must be finished runs with rounds to compare; the error says what the results
+    hold instead (unfinished runs, or a runs table without its rounds)."""
+    if res.runs.empty:
+        left = (
+            f" ({res.excluded} unfinished, left out: rerun them to finish them)"
+            if res.excluded
+            else ""
+        )
+        raise AnalysisError(f"{where}: no finished run to report{left}")
+    if res.rounds.empty or "run_id" not in res.rounds:
+        raise AnalysisError(
+            f"{where}: the runs table names {len(res.runs)} finished run(s) but "
+            f"no rounds table holds their rows (expected <results>/rounds/...)"
+        )
+
+
 def check_round(res: Results, T: int | dict[str, int]) -> None:
     """T must be a round every run completed; the error names the rounds that exist."""
     if isinstance(T, dict):

@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 import traceback
+import warnings
 
 from .errors import UserError
 
@@ -94,19 +95,32 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    """The report, or the leaderboard; the analysis layer's warnings (the unfinished runs it
+    left out) are one ``note:`` line each, printed once the report is written."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        code = _report(args)
+    for w in caught:
+        text = str(w.message).split("; pass include_unfinished")[0]
+        _print(f"note: {text} (the report compares finished runs only)")
+    return code
+
+
+def _report(args: argparse.Namespace) -> int:
     from analysis import write_report
 
     args.results = [_newest_sweep(loc) for loc in args.results]
     if args.leaderboard:
         from analysis import load
         from analysis.report import _final_or_all, study_header
-        from analysis.tables import leaderboard, markdown
+        from analysis.tables import check_results, leaderboard, markdown
 
         from .results.reader import read_metadata
 
         res = load(args.results)
         study = read_metadata(args.results[0])
         final = _final_or_all(res)
+        check_results(final, ", ".join(args.results))
         refs = tuple(r for r in (study or {}).get("compare_to", ()) if r in set(final.runs["arm"]))
         if study:
             _print(study_header(study, res))

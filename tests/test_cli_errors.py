@@ -49,6 +49,23 @@ def _with(base, path, value):
     return out
 
 
+def _runs_only(status: str | None):
+    """A results folder holding the finished run's runs table only (its status changed)."""
+
+    def make(tmp):
+        import pandas as pd
+
+        runs = pd.read_parquet(tmp / "done" / "runs")
+        if status is not None:
+            runs["status"] = status
+            runs["run_id"] = runs["run_id"] + "-other"  # another run than the finished one
+        (tmp / "only" / "runs").mkdir(parents=True)
+        runs.to_parquet(tmp / "only" / "runs" / "part-0.parquet")
+        return ["report", str(tmp / "only"), "--out", str(tmp / "rep")]
+
+    return make
+
+
 def run_cfg(**sets):
     return lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--results", str(tmp / "res"),
                         *sum((["--set", f"{k}={v}"] for k, v in sets.items()), [])]  # fmt: skip
@@ -122,6 +139,12 @@ REPORTED = [  # the inputs of the issue
         lambda tmp: ["report", str(tmp / "done"), "--reference", "nope"],
         "--reference 'nope' is not an arm",
     ),
+    (
+        "report-only-failed",
+        _runs_only("failed"),
+        "no finished run to report (1 unfinished, left out: rerun them to finish them)",
+    ),
+    ("report-no-rounds", _runs_only(None), "finished run(s) but no rounds table holds their rows"),
     ("fetch-imagenet", lambda tmp: ["fetch", "imagenet"], "fetch: unknown dataset 'imagenet'"),
     (
         "fetch-size-7",
@@ -332,3 +355,14 @@ def test_python_dash_m_is_the_cli():
     out = subprocess.run([sys.executable, "-m", "reuse_ray", "--help"], capture_output=True,
                          text=True, timeout=60)  # fmt: skip
     assert out.returncode == 0 and "run" in out.stdout and "sweep" in out.stdout
+
+
+def test_a_report_that_leaves_runs_out_says_so_in_one_note_line(tmp_path, done, capsys):
+    (tmp_path / "done").symlink_to(done, target_is_directory=True)
+    failed = _runs_only("failed")(tmp_path)[1]
+    assert main(["report", str(done), failed, "--out", str(tmp_path / "rep")]) == 0
+    out = capsys.readouterr()
+    notes = [ln for ln in out.out.splitlines() if ln.startswith("note:")]
+    assert notes == ["note: excluded 1 unfinished runs {'failed': 1} (the report compares "
+                     "finished runs only)"]  # fmt: skip
+    assert "Warning" not in out.err
