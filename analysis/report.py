@@ -32,7 +32,7 @@ def write_report(
     res_all = load(locations)
     res = _final_or_all(res_all)
     tables.check_results(res, ", ".join(str(x) for x in locations))
-    T = T or tables.budget_rounds(res)
+    T = tables.budget_rounds(res) if T is None else T
     tables.check_round(res, T)  # every argument checked before anything is written
     tables.check_arm(res, reference)
     if target is not None and not 0.0 < target <= 1.0:

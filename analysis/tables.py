@@ -110,7 +110,7 @@ def check_arm(res: Results, arm: str | None) -> None:
 def fixed_budget(res: Results, T: int | None = None, reference: str | None = None,
                  seed: int = 0) -> pd.DataFrame:  # fmt: skip
     """Accuracy and savings at round T per (dataset, arm), with paired differences."""
-    T = T or budget_rounds(res)
+    T = budget_rounds(res) if T is None else T
     check_round(res, T)
     check_arm(res, reference)
     df = at_round(res, T)
@@ -149,7 +149,7 @@ def fixed_budget(res: Results, T: int | None = None, reference: str | None = Non
 
 def downlink_table(res: Results, T: int | None = None) -> pd.DataFrame:
     """Restricted uplink saving, its dense-downlink sensitivity, and the measured bytes."""
-    T = T or budget_rounds(res)
+    T = budget_rounds(res) if T is None else T
     df = at_round(res, T)
     df["measured_total"] = df["cum_up_measured"] + df["cum_down_measured"]
     df["measured_vs_dense"] = df["measured_total"] / (2 * df["cum_dense_reference"])
@@ -178,7 +178,7 @@ def leaderboard(res: Results, T: int | None = None, references: tuple[str, ...] 
     ``references`` the paired test-accuracy difference (same seeds) with a bootstrap 95 % CI
     from 5 pairs on; and whether the arm lies on the dataset's Pareto front of mean accuracy
     (test, else validation) against mean measured total bytes."""
-    T = T or budget_rounds(res)
+    T = budget_rounds(res) if T is None else T
     check_round(res, T)
     for ref in references:
         check_arm(res, ref)
@@ -220,7 +220,7 @@ def pareto_points(res: Results, T: int | None = None) -> pd.DataFrame:
     """Per (dataset, arm) at round T: mean accuracy (test where every run has it, else
     validation), mean measured bytes up + down per run (MB), and whether the arm is on the
     dataset's Pareto front (no other arm at least as accurate for at most as many bytes)."""
-    T = T or budget_rounds(res)
+    T = budget_rounds(res) if T is None else T
     df = at_round(res, T)
     df["total_MB"] = (df["cum_up_measured"] + df["cum_down_measured"]) / 1e6
     rows = []
@@ -270,7 +270,7 @@ def factorial(res: Results, outcome: str = "val_acc", T: int | None = None,
     """
     import itertools
 
-    T = T or budget_rounds(res)
+    T = budget_rounds(res) if T is None else T
     df = at_round(res, T)
     runs = res.runs.set_index("run_id")
     df["reuse"] = runs["method"].reindex(df["run_id"]).eq("dg_fedreuse").to_numpy()
@@ -374,7 +374,7 @@ def gate_controls(res: Results, T: int | None = None) -> pd.DataFrame:
     dg = runs[runs["method"] == "dg_fedreuse"]
     if not len(dg) or not len(ev):
         return pd.DataFrame()
-    T = T or budget_rounds(res)
+    T = budget_rounds(res) if T is None else T
     at = at_round(res, T).set_index("run_id")
     rows = []
     keys = ["cfg.method.dg.gate", "cfg.method.dg.gate_prob", "cfg.method.topk_ratio"]

@@ -249,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("REUSE_RAY_DEBUG", "") not in ("", "0")
     try:
+        if getattr(args, "mlflow", None):  # a bad tracking URI fails before any work
+            from .results.tracking import check_tracking_uri
+
+            check_tracking_uri(args.mlflow)
         return args.func(args)
     except UserError as err:
         if debug:

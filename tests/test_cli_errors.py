@@ -145,6 +145,26 @@ REPORTED = [  # the inputs of the issue
         "no finished run to report (1 unfinished, left out: rerun them to finish them)",
     ),
     ("report-no-rounds", _runs_only(None), "finished run(s) but no rounds table holds their rows"),
+    (
+        "mlflow-scheme",
+        lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--mlflow", "garbage://x"],
+        "--mlflow garbage://x: cannot track there (unknown scheme 'garbage')",
+    ),
+    (
+        "mlflow-folder",
+        lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--mlflow", "/proc/x/ml"],
+        "--mlflow /proc/x/ml: cannot track there",
+    ),
+    (
+        "mlflow-server",
+        lambda tmp: ["sweep", _file(tmp, "s.yaml", SWEEP), "--mlflow", "http://127.0.0.1:1"],
+        "--mlflow http://127.0.0.1:1: cannot track there",
+    ),
+    (
+        "report-round-0",
+        lambda tmp: ["report", str(tmp / "done"), "--round", "0"],
+        "--round 0: every run completed rounds 1..1",
+    ),
     ("fetch-imagenet", lambda tmp: ["fetch", "imagenet"], "fetch: unknown dataset 'imagenet'"),
     (
         "fetch-size-7",
