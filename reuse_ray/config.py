@@ -80,6 +80,8 @@ def _check_range(
         raise ConfigError(name, f"{value!r} is out of range; allowed: {left}{lo_s}, {hi_s}{right}")
 
 
+FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32 (torch.finfo(torch.float32).max)
+
 RAY_ADDRESS_FORMS = "auto, local, host:port (a head node's GCS) or ray://host[:port] (Ray Client)"
 
 
@@ -515,6 +517,9 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
             value = number
         if not math.isfinite(value):
             raise ConfigError(path, f"{value!r} is not a finite number; allowed: finite numbers")
+        if abs(value) > FLOAT32_MAX:  # it meets float32 tensors (learning rates, weights …)
+            raise ConfigError(path, f"{value!r} is beyond float32's range; allowed: numbers of "
+                                    f"magnitude at most {FLOAT32_MAX:.4g}")  # fmt: skip
         return float(value)
     if tp is str:
         if isinstance(value, bool):

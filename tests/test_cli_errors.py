@@ -220,6 +220,7 @@ OWN = [  # more of our own
     ("device", run_set("engine.device=tpu"), "'engine.device'"),
     ("seed-negative", run_set("seed=-3"), "'seed'"),
     ("lr-nan", run_set("train.lr=nan"), "not a finite number"),
+    ("lr-1e308", run_set("train.lr=1e308"), "'train.lr': 1e+308 is beyond float32's range"),
     ("set-no-equals", run_set("fl.rounds"), "override must look like"),
     ("set-empty-key", run_set("=3"), "'=3': override must look like"),
     ("set-empty-segment", run_set("fl..rounds=3"), "override must look like"),

@@ -12,6 +12,7 @@ tensorboardX (installed with Ray Tune); it imports no Ray.
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -60,24 +61,27 @@ class RoundScalars:
         self.writer = SummaryWriter(str(Path(logdir) / folder), flush_secs=30)
 
     def add(self, t: int, row: dict[str, Any], report, val) -> None:
-        w = self.writer
+        """Round ``t``'s scalars. A value that is missing or not finite (the mean loss and
+        saving of a round no client joined) is left out: the table keeps it as NaN, and
+        TensorBoard would print a warning for it and draw nothing."""
+
+        def scalar(tag: str, value: float | None, scale: float = 1.0) -> None:
+            if value is not None and math.isfinite(value):
+                self.writer.add_scalar(tag, value / scale, t)
+
         if val is not None:
-            w.add_scalar("val/acc", val[0], t)
-            w.add_scalar("val/loss", val[1], t)
-        if row.get("train_loss") is not None:
-            w.add_scalar("train/loss", row["train_loss"], t)
-        w.add_scalar("bytes/cum_up_restricted_MB", row["cum_up_restricted"] / 1e6, t)
-        w.add_scalar("bytes/cum_up_measured_MB", row["cum_up_measured"] / 1e6, t)
-        w.add_scalar("bytes/cum_down_measured_MB", row["cum_down_measured"] / 1e6, t)
-        if row.get("cum_saving_restricted") is not None:
-            w.add_scalar("bytes/cum_saving_restricted", row["cum_saving_restricted"], t)
+            scalar("val/acc", val[0])
+            scalar("val/loss", val[1])
+        scalar("train/loss", row.get("train_loss"))
+        scalar("bytes/cum_up_restricted_MB", row["cum_up_restricted"], 1e6)
+        scalar("bytes/cum_up_measured_MB", row["cum_up_measured"], 1e6)
+        scalar("bytes/cum_down_measured_MB", row["cum_down_measured"], 1e6)
+        scalar("bytes/cum_saving_restricted", row.get("cum_saving_restricted"))
         names = [c.decision.name for c in report.clients]
         for name in ("fresh", "reused", "lazy"):
-            w.add_scalar(f"clients/{name}", names.count(name), t)
-        rate = gate_firing_rate(report)
-        if rate is not None:
-            w.add_scalar("gate/firing_rate", rate, t)
-        w.add_scalar("time/round_s", row["round_wall_s"], t)
+            scalar(f"clients/{name}", names.count(name))
+        scalar("gate/firing_rate", gate_firing_rate(report))
+        scalar("time/round_s", row["round_wall_s"])
 
     def close(self) -> None:
         self.writer.flush()

@@ -39,3 +39,23 @@ def test_scalars_are_by_round_and_validation_only_on_evaluation_rounds(tmp_path)
     assert up == sorted(up) and up[0] > 0  # cumulative
     assert "gate/firing_rate" in scalars  # DG has a gate
     assert all(0.0 <= v <= 1.0 for _, v in scalars["gate/firing_rate"])
+
+
+def test_a_round_no_client_joined_logs_no_nan(tmp_path, capfd):
+    """Under adversarial participation a round may have no client: its mean loss and saving
+    are NaN in the table, and TensorBoard gets no point for them (nor prints a warning)."""
+    import math
+
+    from reuse_ray.results import read_table
+
+    cfg = small_config(tmp_path, fl__participation="adversarial", fl__rounds=3)
+    assert run_fl(cfg).status == "finished"
+    rounds = read_table(cfg.results_dir, "rounds")
+    empty = rounds.loc[rounds["num_fresh"] + rounds["num_reused"] == 0, "round"].tolist()
+    assert empty, "no empty round: pick a seed whose schedule has one"
+    folder = next((Path(cfg.results_dir) / "tensorboard").iterdir())
+    scalars = read_scalars(folder)
+    assert all(math.isfinite(v) for points in scalars.values() for _, v in points)
+    assert all(step not in empty for step, _ in scalars["train/loss"])
+    assert [s for s, _ in scalars["clients/fresh"]] == [1, 2, 3]
+    assert "NaN or Inf" not in capfd.readouterr().out
