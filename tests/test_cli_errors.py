@@ -66,6 +66,11 @@ def _runs_only(status: str | None):
     return make
 
 
+def run_args(*args):
+    """``run`` of the valid config into a temporary results folder, with these arguments."""
+    return lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--results", str(tmp / "res"), *args]
+
+
 def run_cfg(**sets):
     return lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--results", str(tmp / "res"),
                         *sum((["--set", f"{k}={v}"] for k, v in sets.items()), [])]  # fmt: skip
@@ -147,12 +152,12 @@ REPORTED = [  # the inputs of the issue
     ("report-no-rounds", _runs_only(None), "finished run(s) but no rounds table holds their rows"),
     (
         "mlflow-scheme",
-        lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--mlflow", "garbage://x"],
+        run_args("--mlflow", "garbage://x"),
         "--mlflow garbage://x: cannot track there (unknown scheme 'garbage')",
     ),
     (
         "mlflow-folder",
-        lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--mlflow", "/proc/x/ml"],
+        run_args("--mlflow", "/proc/x/ml"),
         "--mlflow /proc/x/ml: cannot track there",
     ),
     (
@@ -183,16 +188,7 @@ REPORTED = [  # the inputs of the issue
     ("other-method-block", run_set("method.dg.rho=0.5"), "method.dg': a block of method"),
     (
         "unreachable-address",
-        lambda tmp: [
-            "run",
-            _file(tmp, "c.yaml", RUN),
-            "--results",
-            str(tmp / "res"),
-            "--backend",
-            "ray",
-            "--address",
-            "127.0.0.1:1",
-        ],
+        run_args("--backend", "ray", "--address", "127.0.0.1:1"),
         "cannot reach a Ray cluster",
     ),
 ]
@@ -269,14 +265,7 @@ OWN = [  # more of our own
     ("ray-address-env", run_set("engine.backend=ray"), "RAY_ADDRESS='nonsense'; allowed:"),
     (
         "address-dashboard",
-        lambda tmp: [
-            "run",
-            _file(tmp, "c.yaml", RUN),
-            "--backend",
-            "ray",
-            "--address",
-            "http://127.0.0.1:8265",
-        ],
+        run_args("--backend", "ray", "--address", "http://127.0.0.1:8265"),
         "is a dashboard address",
     ),
     (
