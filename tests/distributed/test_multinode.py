@@ -10,6 +10,7 @@ import re
 import threading
 import time
 
+import pandas as pd
 import pytest
 import ray
 from conftest import ray_temp_dir, small_config, stop_ray_under
@@ -119,10 +120,13 @@ def test_removing_a_worker_node_mid_sweep_loses_and_duplicates_no_row(cluster, t
         while time.monotonic() < deadline:
             runs = read_table_if_any(spec.results_dir, "runs")
             rows = read_table_if_any(spec.results_dir, "rounds")
-            if runs is not None and rows is not None:
+            if runs is not None:
                 there = runs[(runs["ray_node"] == victim.node_id) & (runs["status"] == "running")]
-                done = rows[rows["run_id"].isin(there["run_id"])].groupby("run_id")["round"].max()
-                if (done <= rounds // 2).any():  # a trial there has rounds written and to come
+                done = pd.Series(0, index=there["run_id"].unique())  # rounds written, per run
+                if rows is not None:
+                    done = done.add(rows.groupby("run_id")["round"].max(), fill_value=0)
+                    done = done[done.index.isin(there["run_id"])]
+                if len(done) and (done <= rounds // 2).any():  # a trial there, half to come
                     c.remove_node(victim, allow_graceful=False)
                     removed.set()
                     return
