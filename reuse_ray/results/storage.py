@@ -18,6 +18,7 @@ under ``ray job submit`` is a package cache on the head node.
 from __future__ import annotations
 
 import datetime as _dt
+import errno
 import os
 import re
 from dataclasses import dataclass
@@ -28,6 +29,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import UserError
+
+# the write errors that are the filesystem's state, not a bug: full, over quota, read-only,
+# file too large
+FULL_OR_READ_ONLY = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
 
 ROOT_ENV = "REUSE_RAY_RESULTS"
 DEFAULT_ROOT = "~/reuse_ray_results"
@@ -144,6 +149,19 @@ class Storage:
         self._write(rel, lambda out: out.write(data))
 
     def _write(self, rel: str, fill) -> None:
+        """Write then rename (or write once where renaming is not atomic). A full or read-only
+        disk is one line naming the file: what was written before stays as it was."""
+        try:
+            self._write_whole(rel, fill)
+        except OSError as err:
+            if err.errno not in FULL_OR_READ_ONLY:
+                raise
+            why = os.strerror(err.errno)
+            raise UserError(f"results: cannot write {display(self.path(rel))} ({why}) — the "
+                            f"rows written before it are kept; free space on that filesystem "
+                            f"(or give another --results) and run again") from None  # fmt: skip
+
+    def _write_whole(self, rel: str, fill) -> None:
         final = self.path(rel)
         self._mkdirs(final)
         if not self.renames:

@@ -68,3 +68,40 @@ def test_a_crafted_resume_file_runs_no_code(tmp_path, monkeypatch):
     with pytest.raises(CheckpointError, match="not a reuse_ray checkpoint"):
         run_fl(cfg, hooks=RunHooks(resume=pickle.dumps({"round": 1, "x": _Boom()})))
     assert not (tmp_path / "PWNED_BY_RESUME").exists()
+
+
+def test_a_full_disk_is_one_line_and_keeps_what_was_written(tmp_path, monkeypatch, capsys):
+    """Writes fail with ENOSPC after the run's first round (a filesystem filling up): the CLI
+    says which file it could not write, exit 2, and the tables written before stay readable,
+    with no temporary file left."""
+    import errno
+
+    import pyarrow.parquet as pq
+    import yaml
+
+    from reuse_ray.cli import main
+
+    real, calls = pq.write_table, []
+
+    def filling_up(table, where, *args, **kwargs):
+        calls.append(1)
+        if len(calls) > 4:  # the first flushes (clients, round 1's rows, the runs row) fit
+            raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No "
+                          "space left on device")  # fmt: skip
+        return real(table, where, *args, **kwargs)
+
+    monkeypatch.setattr(pq, "write_table", filling_up)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"seed": 1, "data": {"name": "digits"},
+                                      "fl": {"num_clients": 10, "clients_per_round": 2,
+                                             "rounds": 4},
+                                      "engine": {"backend": "local"}}))  # fmt: skip
+    results = tmp_path / "res"
+    assert main(["run", str(config), "--results", str(results)]) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and "No space left on device" in err[0] and ".parquet" in err[0], err
+    assert "the rows written before it are kept" in err[0]
+    monkeypatch.setattr(pq, "write_table", real)
+    written = {t: read_table(results, t) for t in ("clients", "runs")}  # readable, whole
+    assert len(written["clients"]) == 10 and len(written["runs"]) == 1
+    assert not [p for p in results.rglob("*") if p.name.startswith(".")]
