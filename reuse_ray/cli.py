@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
 import traceback
 import warnings
 
-from .errors import UserError
+from .errors import Terminated, UserError
 
 
 def _print(msg: str) -> None:
@@ -248,6 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     debug = args.debug or os.environ.get("REUSE_RAY_DEBUG", "") not in ("", "0")
+    before = _terminate_like_ctrl_c()
     try:
         if getattr(args, "mlflow", None):  # a bad tracking URI fails before any work
             from .results.tracking import check_tracking_uri
@@ -259,6 +262,10 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
         print(f"reuse-ray: {err}", file=sys.stderr)
         return 2
+    except Terminated as err:
+        print(f"reuse-ray: {err} — what finished is kept; rerun (or sweep --resume) to "
+              f"continue", file=sys.stderr)  # fmt: skip
+        return 128 + err.signum
     except KeyboardInterrupt:
         print("reuse-ray: interrupted", file=sys.stderr)
         return 130
@@ -270,6 +277,23 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    finally:
+        if before is not None:
+            signal.signal(signal.SIGTERM, before)
+
+
+def _raise_terminated(signum: int, _frame) -> None:
+    raise Terminated(signum)
+
+
+def _terminate_like_ctrl_c():
+    """While a command runs, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt) in the
+    main thread, so it ends the command as Ctrl-C does instead of killing the process before
+    the run's rows and status are written. Returns the handler it replaced (None off the
+    main thread, where handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 if __name__ == "__main__":  # pragma: no cover

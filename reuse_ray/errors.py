@@ -12,3 +12,13 @@ from __future__ import annotations
 
 class UserError(ValueError):
     """A mistake in what the user gave; its message says what and what is allowed."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``ray job stop``, a scheduler's preemption, ``kill``), raised where Ctrl-C
+    would be: a run's ``finally`` records what it finished and marks it failed, a sweep stops
+    as on Ctrl-C, so ``--resume`` continues it."""
+
+    def __init__(self, signum: int = 15):
+        super().__init__(f"terminated by signal {signum}")
+        self.signum = signum

@@ -18,7 +18,9 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
 import socket
+import threading
 
 import ray
 import torch
@@ -106,9 +108,15 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
         kwargs["num_cpus"] = num_cpus
     if address not in (None, "auto", "local"):
         _probe(address, float(os.environ.get("REUSE_RAY_CONNECT_TIMEOUT", CONNECT_TIMEOUT_S)))
+    # ray.init installs Ray's own SIGTERM handler (it prints a stack and exits 1), replacing a
+    # Python one this process set (the CLI's: SIGTERM ends a command as Ctrl-C does); that one
+    # is put back after it
+    term = signal.getsignal(signal.SIGTERM)
     try:
         with loopback_only() if address is None else contextlib.nullcontext():
             ray.init(address=address, log_to_driver=True, **kwargs)
+        if callable(term) and threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGTERM, term)
     except (ConnectionError, RuntimeError) as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if address is None and not any(k in text.lower() for k in ("auth", "token")):

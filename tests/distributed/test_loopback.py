@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ipaddress
 import os
+import signal
+import time
 
 import pytest
 import ray
@@ -56,8 +58,18 @@ def _is_loopback(ip: str) -> bool:
 
 def test_a_local_ray_started_by_the_tool_listens_on_loopback_only():
     assert not ray.is_initialized()
+    got: list[int] = []
+    before = signal.signal(signal.SIGTERM, lambda signum, _frame: got.append(signum))
     ensure_ray(num_cpus=1)
     try:
+        # ray.init's own SIGTERM handler (a stack dump, then exit) did not replace this
+        # process's Python one (the CLI's: SIGTERM ends a command as Ctrl-C does)
+        os.kill(os.getpid(), signal.SIGTERM)
+        for _ in range(100):
+            if got:
+                break
+            time.sleep(0.01)
+        assert got == [signal.SIGTERM]
         assert [n["NodeManagerAddress"] for n in ray.nodes()] == ["127.0.0.1"]
 
         @ray.remote
@@ -87,3 +99,4 @@ def test_a_local_ray_started_by_the_tool_listens_on_loopback_only():
         assert "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER" not in os.environ
     finally:
         ray.shutdown()
+        signal.signal(signal.SIGTERM, before)

@@ -105,3 +105,39 @@ def test_a_full_disk_is_one_line_and_keeps_what_was_written(tmp_path, monkeypatc
     written = {t: read_table(results, t) for t in ("clients", "runs")}  # readable, whole
     assert len(written["clients"]) == 10 and len(written["runs"]) == 1
     assert not [p for p in results.rglob("*") if p.name.startswith(".")]
+
+
+def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
+    """``ray job stop`` or a scheduler's preemption sends SIGTERM: the CLI ends the run as on
+    Ctrl-C — one line, exit 143, the runs row marked failed with the rounds it finished and
+    the rounds table holding exactly those (it used to die with the row left 'running')."""
+    import signal
+
+    import yaml
+
+    from reuse_ray.cli import main
+    from reuse_ray.engine import LocalBackend
+
+    real = LocalBackend.run_round
+
+    def preempted(self, t, selected):
+        if t == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(self, t, selected)
+
+    monkeypatch.setattr(LocalBackend, "run_round", preempted)
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"seed": 1, "data": {"name": "digits"},
+                                      "fl": {"num_clients": 10, "clients_per_round": 2,
+                                             "rounds": 6},
+                                      "engine": {"backend": "local"}}))  # fmt: skip
+    handler = signal.getsignal(signal.SIGTERM)
+    assert main(["run", str(config), "--results", str(tmp_path / "res")]) == 143
+    assert signal.getsignal(signal.SIGTERM) is handler  # put back when the command ends
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert err == ["reuse-ray: terminated by signal 15 — what finished is kept; rerun (or "
+                   "sweep --resume) to continue"]  # fmt: skip
+    runs = read_table(tmp_path / "res", "runs")
+    assert runs.iloc[0]["status"] == "failed" and runs.iloc[0]["error"].startswith("Terminated")
+    assert runs.iloc[0]["rounds_completed"] == 2
+    assert sorted(read_table(tmp_path / "res", "rounds")["round"]) == [1, 2]
