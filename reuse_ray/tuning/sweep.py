@@ -47,10 +47,10 @@ def derive_concurrency(spec: SweepSpec, resources: dict[str, float]) -> int:
     if spec.search.max_concurrent_trials > 0:
         n = min(n, spec.search.max_concurrent_trials)
     if n < 1:
-        raise UserError(
-            f"trial: one trial needs {need} but the cluster offers {resources}; lower trial.cpus, "
-            "trial.workers or trial.cpu_per_worker"
-        )
+        short = ", ".join(f"{k} {v:g} (the cluster has {resources.get(k, 0.0):g})"
+                          for k, v in need.items() if resources.get(k, 0.0) < v)  # fmt: skip
+        raise UserError(f"trial: one trial needs {short}; lower trial.cpus, trial.workers, "
+                        f"trial.cpu_per_worker, trial.gpu_fraction or trial.resources")  # fmt: skip
     return n
 
 

@@ -103,8 +103,11 @@ def test_concurrency_is_derived_from_resources(tmp_path):
     ray_trial = parse_sweep(sweep(tmp_path, trial={"backend": "ray", "cpus": 0.5, "workers": 3}))
     assert ray_trial.trial.bundles() == [{"CPU": 0.5}, {"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}]
     assert derive_concurrency(ray_trial, {"CPU": 8.0}) == 2
-    with pytest.raises(ValueError, match="one trial needs"):
-        derive_concurrency(ray_trial, {"CPU": 2.0})
+    with pytest.raises(ValueError, match=r"one trial needs CPU 3.5 \(the cluster has 2\); "):
+        derive_concurrency(ray_trial, {"CPU": 2.0, "memory": 1e10, "node:127.0.0.1": 1.0})
+    gpu = parse_sweep(sweep(tmp_path, trial={"backend": "ray", "workers": 2, "gpu_fraction": 0.5}))
+    with pytest.raises(ValueError, match=r"needs GPU 1 \(the cluster has 0\);"):
+        derive_concurrency(gpu, {"CPU": 2.0})
 
 
 def test_pareto_front_by_hand():
