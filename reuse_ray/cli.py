@@ -103,8 +103,12 @@ def cmd_report(args: argparse.Namespace) -> int:
         warnings.simplefilter("always")
         code = _report(args)
     for w in caught:
-        text = str(w.message).split("; pass include_unfinished")[0]
-        _print(f"note: {text} (the report compares finished runs only)")
+        text = str(w.message)
+        if text.startswith("excluded "):  # analysis.load's count of the runs it left out
+            _print(f"note: {text.split('; pass include_unfinished')[0]} (the report compares "
+                   f"finished runs only)")  # fmt: skip
+        else:  # any other warning as Python shows it
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return code
 
 
@@ -278,8 +282,11 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     finally:
-        if before is not None:
-            signal.signal(signal.SIGTERM, before)
+        if before is not _OFF_MAIN_THREAD:  # a handler not set from Python was the default
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+_OFF_MAIN_THREAD = object()
 
 
 def _raise_terminated(signum: int, _frame) -> None:
@@ -289,10 +296,10 @@ def _raise_terminated(signum: int, _frame) -> None:
 def _terminate_like_ctrl_c():
     """While a command runs, SIGTERM raises :class:`Terminated` (a KeyboardInterrupt) in the
     main thread, so it ends the command as Ctrl-C does instead of killing the process before
-    the run's rows and status are written. Returns the handler it replaced (None off the
-    main thread, where handlers cannot be set)."""
+    the run's rows and status are written. Returns the handler it replaced (as
+    ``signal.signal`` does; ``_OFF_MAIN_THREAD`` where handlers cannot be set)."""
     if threading.current_thread() is not threading.main_thread():
-        return None
+        return _OFF_MAIN_THREAD
     return signal.signal(signal.SIGTERM, _raise_terminated)
 
 
