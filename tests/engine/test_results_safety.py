@@ -70,6 +70,17 @@ def test_a_crafted_resume_file_runs_no_code(tmp_path, monkeypatch):
     assert not (tmp_path / "PWNED_BY_RESUME").exists()
 
 
+def _cli_config(tmp_path, rounds: int):
+    """A quick local run config file for the CLI (digits, 10 clients, 2 a round)."""
+    import yaml
+
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump({"seed": 1, "data": {"name": "digits"}, "engine": {
+        "backend": "local"}, "fl": {"num_clients": 10, "clients_per_round": 2,
+                                    "rounds": rounds}}))  # fmt: skip
+    return config
+
+
 def test_a_full_disk_is_one_line_and_keeps_what_was_written(tmp_path, monkeypatch, capsys):
     """Writes fail with ENOSPC after the run's first round (a filesystem filling up): the CLI
     says which file it could not write, exit 2, and the tables written before stay readable,
@@ -77,7 +88,6 @@ def test_a_full_disk_is_one_line_and_keeps_what_was_written(tmp_path, monkeypatc
     import errno
 
     import pyarrow.parquet as pq
-    import yaml
 
     from reuse_ray.cli import main
 
@@ -91,11 +101,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_was_written(tmp_path, monkeypatc
         return real(table, where, *args, **kwargs)
 
     monkeypatch.setattr(pq, "write_table", filling_up)
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"seed": 1, "data": {"name": "digits"},
-                                      "fl": {"num_clients": 10, "clients_per_round": 2,
-                                             "rounds": 4},
-                                      "engine": {"backend": "local"}}))  # fmt: skip
+    config = _cli_config(tmp_path, rounds=4)
     results = tmp_path / "res"
     assert main(["run", str(config), "--results", str(results)]) == 2
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
@@ -113,8 +119,6 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
     the rounds table holding exactly those (it used to die with the row left 'running')."""
     import signal
 
-    import yaml
-
     from reuse_ray.cli import main
     from reuse_ray.engine import LocalBackend
 
@@ -126,11 +130,7 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
         return real(self, t, selected)
 
     monkeypatch.setattr(LocalBackend, "run_round", preempted)
-    config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"seed": 1, "data": {"name": "digits"},
-                                      "fl": {"num_clients": 10, "clients_per_round": 2,
-                                             "rounds": 6},
-                                      "engine": {"backend": "local"}}))  # fmt: skip
+    config = _cli_config(tmp_path, rounds=6)
     handler = signal.getsignal(signal.SIGTERM)
     assert main(["run", str(config), "--results", str(tmp_path / "res")]) == 143
     assert signal.getsignal(signal.SIGTERM) is handler  # put back when the command ends
