@@ -49,7 +49,8 @@ def main() -> None:
         print("Ray is not installed here: the fractional-GPU actor checks are skipped")
         return
 
-    ray.init(include_dashboard=False, num_gpus=None if args.device == "cuda" else 1)
+    gpus = None if args.device == "cuda" else 1
+    ray.init(address="local", include_dashboard=False, num_gpus=gpus)
     print(f"cluster resources: {ray.cluster_resources()}", flush=True)
     try:
         if not args.only_w:

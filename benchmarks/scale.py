@@ -128,7 +128,12 @@ def child(args: argparse.Namespace) -> dict:
     from reuse_ray.engine import RunHooks, run_fl
     from reuse_ray.results import read_table
 
-    init: dict = {"num_cpus": 2, "include_dashboard": False, "log_to_driver": False}
+    init: dict = {
+        "address": "local",
+        "num_cpus": 2,
+        "include_dashboard": False,
+        "log_to_driver": False,
+    }
     if args.store_mb:
         init["object_store_memory"] = args.store_mb * 1024 * 1024
     spill_dir = tempfile.mkdtemp(prefix="scale-spill-")

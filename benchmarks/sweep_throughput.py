@@ -25,7 +25,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=6)
     args = ap.parse_args()
-    ray.init(include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", include_dashboard=False, log_to_driver=False)
     base = load_sweep("sweeps/quickstart.yaml")
     derived = derive_concurrency(base, ray.cluster_resources())
     rates = {}

@@ -114,7 +114,9 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     term = signal.getsignal(signal.SIGTERM)
     try:
         with loopback_only() if address is None else contextlib.nullcontext():
-            ray.init(address=address, log_to_driver=True, **kwargs)
+            # no address: a new local instance, as documented — not Ray's default of joining
+            # the latest `ray start` instance on this machine (that is address "auto")
+            ray.init(address=address or "local", log_to_driver=True, **kwargs)
         if callable(term) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, term)
     except (ConnectionError, RuntimeError) as err:

@@ -45,7 +45,7 @@ def test_example_method_ledgers_by_hand(tmp_path):
 def test_example_method_is_identical_on_both_backends(tmp_path):
     import ray
 
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         ray_cfg = _run(tmp_path, "ray")
     finally:

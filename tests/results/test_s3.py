@@ -81,7 +81,7 @@ def s3(tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_runtime(s3):
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 

@@ -8,6 +8,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -43,15 +44,28 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
     temp = ray_temp_dir()  # this test's own Ray: its own port, temp dir and processes
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=temp)
     env.pop("RAY_ADDRESS", None)
-    port, dash = _free_port(), _free_port()
+    port, dash, agent = _free_port(), _free_port(), _free_port()
+    # the job agent on a port of its own: another Ray instance on the machine (the one started
+    # below) takes the default agent port, and jobs then find "No available agent"
     start = subprocess.run(
         [ray_cli, "start", "--head", "--num-cpus", "2", "--port", str(port),
-         "--dashboard-port", str(dash), "--include-dashboard", "true",
-         "--disable-usage-stats"],
+         "--dashboard-port", str(dash), "--dashboard-agent-listen-port", str(agent),
+         "--include-dashboard", "true", "--disable-usage-stats"],
         env=env, capture_output=True, text=True, timeout=120,
     )  # fmt: skip
     try:
         assert start.returncode == 0, start.stdout + start.stderr
+        # with no address given, the tool starts its own local Ray (the README's word), not
+        # Ray's default of joining the latest `ray start` instance on the machine (this one)
+        own = subprocess.run(
+            [sys.executable, "-c", "import ray\nfrom reuse_ray.distributed.backend import "
+             "ensure_ray\nensure_ray(num_cpus=1)\nprint('GCS', ray.get_runtime_context()"
+             ".gcs_address)\nray.shutdown()"],
+            env=env, capture_output=True, text=True, timeout=120,  # the head's temp dir
+        )  # fmt: skip
+        assert own.returncode == 0, own.stdout[-2000:] + own.stderr[-2000:]
+        gcs = [ln.split()[1] for ln in own.stdout.splitlines() if ln.startswith("GCS ")]
+        assert len(gcs) == 1 and not gcs[0].endswith(f":{port}"), own.stdout
         results = tmp_path / "job-results"
         job = _submit(
             [ray_cli, "job", "submit", "--address", f"http://127.0.0.1:{dash}",

@@ -103,7 +103,7 @@ def test_the_small_study_end_to_end(tmp_path):
     from reuse_ray.results import read_table
 
     out = tmp_path / "study"
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         spec = load_study(STUDY, [f"results_dir={out}"], scale="small")
         from reuse_ray.tuning.study import run_study

@@ -42,7 +42,7 @@ def sweep(tmp_path, **blocks) -> dict:
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_runtime():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
