@@ -414,12 +414,8 @@ class EngineConfig:
 
     def __post_init__(self) -> None:
         _check_choice("backend", self.backend, BACKENDS)
-        if self.ray_address is not None:
-            if not isinstance(self.ray_address, str):
-                raise ConfigError("ray_address", f"{self.ray_address!r}; allowed: "
-                                  f"{RAY_ADDRESS_FORMS}")  # fmt: skip
-            if problem := ray_address_problem(self.ray_address):
-                raise ConfigError("ray_address", problem)
+        if self.ray_address is not None and (problem := ray_address_problem(self.ray_address)):
+            raise ConfigError("ray_address", problem)
         if self.channels_last and self.vectorize:
             raise ConfigError("channels_last", "applies to the per-client loop; allowed with "
                               "engine.vectorize: false only")  # fmt: skip
