@@ -13,7 +13,10 @@ Arms, each launched as a fresh process (``--arms``):
             (``reuse_ray.allocator.retain_freed_memory``)
   plain-1t  the same loop at 1 thread (plain-1t-cl: channels-last)
   local     reuse_ray's sequential local engine (1 thread)
-  ray       reuse_ray's Ray engine (client-worker actors of 1 CPU, 1 thread each)
+  ray       reuse_ray's Ray engine (client-worker actors of 1 CPU, 1 thread each; the server
+            in worker 0's process, ``engine.server_process: worker``, the default)
+  ray-own   the Ray engine with the server in an actor process of its own
+            (``engine.server_process: own``)
   ray-cl    the Ray engine with ``engine.channels_last: true`` (channels-last convolutions)
   ray-malloc-default  the Ray engine with malloc left at its defaults (``REUSE_RAY_MALLOC=default``)
   flower    Flower 1.42's simulation runtime (``peer_flower.py``, 2 actors × 1 CPU), run by
@@ -61,6 +64,7 @@ ARMS = (
     "plain-1t-cl",
     "local",
     "ray",
+    "ray-own",
     "ray-cl",
     "ray-malloc-default",
     "flower",
@@ -132,6 +136,7 @@ def child_engine(model: str, rounds: int, samples: int, arm: str) -> dict:
     results = tempfile.mkdtemp(prefix=f"overhead-{arm}-")
     raw = W.run_config(model, rounds, samples, backend, results)
     raw["engine"]["channels_last"] = arm.endswith("-cl")
+    raw["engine"]["server_process"] = "own" if arm == "ray-own" else "worker"
     cfg = from_dict(RunConfig, raw)
     hooks = RunHooks(on_round=lambda _row, _blob: stamps["ends"].append(time.time()),
                      evaluate_test=False, tensorboard=False)  # fmt: skip
@@ -167,8 +172,10 @@ def _children() -> dict[int, list[int]]:
 
 
 def _role(pid: int, root: int, cmd: bytes) -> str:
-    """driver (``root``), worker, server or ray (every other process: Ray's own, Flower's)."""
-    return ("driver" if pid == root else "worker" if b"ClientWorkerActor" in cmd
+    """driver (``root``), worker (a ``ClientWorkerActor``, or the ``ServingWorkerActor`` that
+    also hosts the server), server (a ``ServerActor`` of its own) or ray (every other
+    process: Ray's own, Flower's)."""
+    return ("driver" if pid == root else "worker" if b"WorkerActor" in cmd
             else "server" if b"ServerActor" in cmd else "ray")  # fmt: skip
 
 

@@ -12,8 +12,8 @@ object store, where the engine's loader task put it), and the ratio of each roun
 
 The spill part runs MIFA, whose server keeps a memory y_i (one model vector) per client that
 ever took part, with the object store capped at ``--spill-store-mb``: the memories outgrow the
-cap, Ray spills them to disk, and the run finishes with the server actor's heap bounded. It
-reports the memories' bytes, what Ray spilled and restored, and the server actor's peak private
+cap, Ray spills them to disk, and the run finishes with the server's heap bounded. It
+reports the memories' bytes, what Ray spilled and restored, and the server process's peak private
 memory (RssAnon: its heap, without the object store pages it maps).
 It runs with ``engine.server_snapshot_every: 0``: a snapshot of the server copies every memory.
 
@@ -146,14 +146,19 @@ def child(args: argparse.Namespace) -> dict:
     driver_rss = Peak(_rss)
     server_rss = {"peak": 0}
 
-    def watch_server() -> None:  # the server actor's RSS, found by its name
+    pids: dict[str, int] = {}
+
+    def watch_server() -> None:
+        """The RSS of the server's process (worker 0's, or its own actor's), found by name;
+        its pid is asked once (a worker answers between its tasks)."""
         while not stop.is_set():
             for actor in ray.util.list_named_actors(all_namespaces=True):
-                if actor["name"].endswith("/server"):
+                if actor["name"].endswith(("/server", "+server")):
                     try:
-                        pid = ray.get(ray.get_actor(actor["name"], actor["namespace"]).pid
-                                      .remote(), timeout=5)  # fmt: skip
-                        now = _rss_anon(pid)
+                        if actor["name"] not in pids:
+                            handle = ray.get_actor(actor["name"], actor["namespace"])
+                            pids[actor["name"]] = ray.get(handle.pid.remote(), timeout=30)
+                        now = _rss_anon(pids[actor["name"]])
                         server_rss.setdefault("first", now)
                         server_rss["peak"] = max(server_rss["peak"], now)
                     except Exception:  # noqa: BLE001 - it may be starting or gone

@@ -39,6 +39,7 @@ MODELS = ("auto", "cnn", "cnn_valid", "resnet18")
 AUGMENTS = ("auto", "none", "crop_flip")
 BACKENDS = ("ray", "local")
 DEVICES = ("auto", "cpu", "cuda")
+SERVER_PROCESSES = ("worker", "own")
 
 
 MAX_SEED = 2**63 - 1  # seeds are int64 in Parquet and in numpy's SeedSequence entropy
@@ -391,7 +392,7 @@ def _block_owners(block: str) -> list[str]:
 class EngineConfig:
     """Which backend runs client work. Not part of the run id: engines give identical results."""
 
-    backend: str = "ray"  # ray (client-worker actors + server actor) or local (one process)
+    backend: str = "ray"  # ray (client-worker actors and a server) or local (one process)
     ray_address: str | None = None  # None: $RAY_ADDRESS if set, else start a local Ray
     num_workers: int = 0  # client-worker actors; 0 = sized from the cluster's resources
     cpu_per_worker: float = 1.0  # num_cpus of a worker actor when it runs on CPU
@@ -400,6 +401,10 @@ class EngineConfig:
     # rounds between snapshots of the server actor's state (0: none). When the server actor
     # dies, a new one starts from the last snapshot and replays the rounds since (bit-identical)
     server_snapshot_every: int = 1
+    # where the Ray engine's server lives: worker = in client worker 0's process (its calls
+    # come between rounds, when that worker is idle; one torch process fewer, about 0.46 GB),
+    # own = an actor process of its own. The same numbers either way
+    server_process: str = "worker"
     # train the clients of a round together (one batched pass over stacked parameters), in
     # groups of at most vectorize_group clients taken in client-id order. Equal to the
     # per-client loop within float tolerance, not bit for bit, so a vectorized run has its own
@@ -425,6 +430,7 @@ class EngineConfig:
         _check_range("gpu_fraction", self.gpu_fraction, 0.0, 1.0, lo_open=True)
         _check_choice("device", self.device, DEVICES)
         _check_range("server_snapshot_every", self.server_snapshot_every, 0)
+        _check_choice("server_process", self.server_process, SERVER_PROCESSES)
 
 
 @dataclass(frozen=True)

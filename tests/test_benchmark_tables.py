@@ -20,6 +20,7 @@ def test_process_names_and_roles():
     assert E._role(7, 7, b"python") == "driver"
     assert E._role(8, 7, b"ray::ClientWorkerActor.validate") == "worker"
     assert E._role(9, 7, b"ray::ServerActor") == "server"
+    assert E._role(9, 7, b"ray::ServingWorkerActor.step") == "worker"  # hosts the server
     assert E._role(10, 7, b"ray::RuntimeEnvAgent") == "ray"
 
 

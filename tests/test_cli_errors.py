@@ -214,6 +214,11 @@ OWN = [  # more of our own
     ("model-name", run_set("model.name=vgg"), "'model.name'"),
     ("backend", run_set("engine.backend=spark"), "'engine.backend'"),
     ("device", run_set("engine.device=tpu"), "'engine.device'"),
+    (
+        "server-process",
+        run_set("engine.server_process=driver"),
+        "'engine.server_process': unknown value 'driver'; allowed: worker, own",
+    ),
     ("seed-negative", run_set("seed=-3"), "'seed'"),
     ("lr-nan", run_set("train.lr=nan"), "not a finite number"),
     ("lr-1e308", run_set("train.lr=1e308"), "'train.lr': 1e+308 is beyond float32's range"),

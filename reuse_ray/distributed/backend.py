@@ -1,11 +1,13 @@
-"""The Ray backend: a pool of client-worker actors and one server actor (issue: Ray engine).
+"""The Ray backend: a pool of client-worker actors and one server (issue: Ray engine).
 
-Per round the driver asks the server actor for the plan, submits the fresh tasks to idle
-workers with the round's global vector as **one** object ref (``ServerActor.weights``'s return
-value, never fetched by the driver), waits for the small task metadata, and hands the message
-refs to the server actor, which fetches them and applies the server step. Outcomes are sorted
-by client id before aggregation, and every random draw is keyed, so the result is bit-identical
-to the local backend whatever the pool size or the order in which tasks finish.
+The server lives in client worker 0's process (``engine.server_process: worker``) or in an
+actor of its own (``own``). Per round the driver asks the server for the plan, submits the
+fresh tasks to idle workers with the round's global vector as **one** object ref (the server's
+``weights`` return value, never fetched by the driver), waits for the small task metadata, and
+hands the message refs to the server, which fetches them and applies the server step.
+Outcomes are sorted by client id before aggregation, and every random draw is keyed, so the
+result is bit-identical to the local backend whatever the pool size or the order in which
+tasks finish.
 
 Faults: workers restart (``max_restarts=-1``) and their tasks are retried
 (``max_task_retries``), and a retried task recomputes exactly the same update. Application errors
@@ -35,7 +37,14 @@ from ..engine.worker import vector_groups
 from ..errors import UserError
 from ..machine import mixed_kinds_note
 from ..training import combine_batches
-from .actors import ClientWorkerActor, ServerActor, _as_tensor, fetch_indexed
+from .actors import (
+    ClientWorkerActor,
+    ServerActor,
+    ServerStateLost,
+    ServingWorkerActor,
+    _as_tensor,
+    fetch_indexed,
+)
 from .resources import pool_size_from_resources
 
 TASK_RETRIES = 3
@@ -134,7 +143,7 @@ def resolve_device(cfg: RunConfig, resources: dict[str, float]) -> str:
 
 
 class RayBackend:
-    """Client work on a pool of Ray actors; server state in a Ray actor."""
+    """Client work on a pool of Ray actors; server state in worker 0's or its own actor."""
 
     name = "ray"
     # the client work runs in other processes, so the driver validates w_t while round t+1
@@ -152,6 +161,7 @@ class RayBackend:
         self.namespace = namespace
         self.workers: list = []
         self.server = None
+        self.hosted = False  # the server in worker 0's process (engine.server_process)
         self.device = "cpu"
         self._setup_box: list = []
         self._loaded: tuple = (None, None)  # (training split, its ref) from load_data
@@ -185,11 +195,17 @@ class RayBackend:
             opts.update(num_gpus=e.gpu_fraction, num_cpus=0)
         else:
             opts.update(num_cpus=e.cpu_per_worker)
+        # the server in worker 0's process (engine.server_process: worker), or its own actor
+        self.hosted = e.server_process == "worker"
         self.workers = [
-            ClientWorkerActor.options(**opts, **self._named(f"worker-{k}")).remote(self.device)
+            (ServingWorkerActor if self.hosted and k == 0 else ClientWorkerActor)
+            .options(**opts, **self._named("worker-0+server" if self.hosted and k == 0
+                                           else f"worker-{k}"))
+            .remote(self.device)
             for k in range(size)
-        ]
-        self.server = ServerActor.options(**self._named("server")).remote()
+        ]  # fmt: skip
+        self.server = (self.workers[0] if self.hosted
+                       else ServerActor.options(**self._named("server")).remote())  # fmt: skip
 
     def load_data(self, data_cfg: DataConfig) -> FederatedData:
         """Load the dataset in a short-lived task on the driver's node, so its arrays reach the
@@ -228,7 +244,7 @@ class RayBackend:
         # the refs themselves on every call
         self._setup_box = [setup_ref, train_ref]
         got = ray.get([w.load.remote(self._setup_box) for w in self.workers]
-                      + [self.server.load.remote(setup_ref)])  # fmt: skip
+                      + [self.server.load_server.remote(setup_ref)])  # fmt: skip
         self.machine_kinds = got[: len(self.workers)]
         self.machine_note = mixed_kinds_note(self.machine_kinds)
         self.restarts = 0
@@ -265,8 +281,8 @@ class RayBackend:
         snap_ref, ok_ref = self.server.snapshot_checked.remote()
         try:
             ray.get(ok_ref)
-        except ray.exceptions.RayActorError:
-            if self._snap_ref is None:
+        except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+            if self._snap_ref is None or not _server_gone(err):
                 raise  # no earlier snapshot to fall back on
             self._since.append((t, selected or []))
             return
@@ -275,16 +291,21 @@ class RayBackend:
         self._since: list[tuple[int, list[int]]] = []
 
     def _recover(self) -> None:
-        """A new server actor from the last snapshot, then the rounds since, replayed: every
-        draw is keyed and client work is recomputed bit for bit, so nothing changes."""
-        try:
-            ray.kill(self.server, no_restart=True)
-        except Exception:  # noqa: BLE001 - it is already gone
-            pass
+        """A new server from the last snapshot, then the rounds since, replayed: every draw
+        is keyed and client work is recomputed bit for bit, so nothing changes. A server of
+        its own is a new actor; one hosted by worker 0 is rebuilt in the process Ray
+        restarted that worker in (its calls wait there until the restart is done)."""
         self.restarts += 1
-        self.server = ServerActor.options(**self._named(f"server-{self.restarts}")).remote(
-            self._setup_box[0]
-        )
+        if self.hosted:
+            ray.get(self.server.load_server.remote(self._setup_box[0]))
+        else:
+            try:
+                ray.kill(self.server, no_restart=True)
+            except Exception:  # noqa: BLE001 - it is already gone
+                pass
+            self.server = ServerActor.options(**self._named(f"server-{self.restarts}")).remote(
+                self._setup_box[0]
+            )
         ray.get(self.server.restore.remote(self._snap_ref))
         for t, selected in self._since:
             self._play(t, selected)
@@ -331,21 +352,24 @@ class RayBackend:
             part.submit(self.workers[k % len(self.workers)], self._setup_box)
 
     def _survive(self, call):
-        """``call()``, restarting the server from its snapshot when its actor died."""
+        """``call()``, restarting the server from its snapshot when its actor died (or the
+        worker hosting it restarted without it)."""
         every = self.cfg.engine.server_snapshot_every
         for attempt in range(SERVER_RESTARTS + 1):
             try:
                 return call()
-            except ray.exceptions.RayActorError:
-                if every <= 0 or attempt == SERVER_RESTARTS or not self._server_dead():
+            except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
+                if (not _server_gone(err) or every <= 0 or attempt == SERVER_RESTARTS
+                        or not self._server_dead()):  # fmt: skip
                     raise
                 self._recover()
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _server_dead(self) -> bool:
+        """Whether the server's state is gone: its actor does not answer, or (hosted by a
+        worker) the worker's restarted process holds none."""
         try:
-            ray.get(self.server.pid.remote(), timeout=30)
-            return False
+            return not ray.get(self.server.has_server.remote(), timeout=30)
         except (ray.exceptions.RayActorError, ray.exceptions.GetTimeoutError):
             return True
 
@@ -375,7 +399,7 @@ class RayBackend:
     def close(self) -> None:
         for w in self.workers:
             ray.kill(w, no_restart=True)
-        if self.server is not None:
+        if self.server is not None and not self.hosted:
             ray.kill(self.server, no_restart=True)
         self.workers, self.server, self._setup_box = [], None, []
         self._side = []
@@ -556,6 +580,14 @@ class RemoteServer:
     def step(self, t: int, selected: list[int], plan: RoundPlan,
              results: list[Result]) -> RoundReport:  # fmt: skip
         return ray.get(self.actor.step.remote(t, selected, plan, *self._split(results)))
+
+
+def _server_gone(err: Exception) -> bool:
+    """Whether a Ray error means the server's state is gone: its actor died, or the call
+    found a process without it (:class:`ServerStateLost`, the restarted host worker)."""
+    if isinstance(err, ray.exceptions.RayActorError):
+        return True
+    return isinstance(getattr(err, "cause", None), ServerStateLost)
 
 
 def _get_unwrapped(refs: list) -> list:

@@ -238,6 +238,9 @@ def test_killing_a_worker_mid_round_changes_nothing(tmp_path):
     backend = _KillingBackend(hit)
     assert run_fl(hit, backend=backend).status == "finished"
     assert backend.pid_after != backend.pid_before  # the actor really died and restarted
+    # worker 0 hosted the server (the default engine.server_process): its state went with
+    # the process and was rebuilt from the snapshot once
+    assert backend.hosted and backend.restarts == 1
     a, b = _frames(calm.results_dir), _frames(hit.results_dir)
     for table in a:
         pd.testing.assert_frame_equal(a[table], b[table], check_exact=True)
@@ -283,14 +286,18 @@ class _ServerKiller(RayBackend):
             rb.RemoteServer.step = step
 
 
-def test_killing_the_server_actor_changes_nothing(tmp_path):
+@pytest.mark.parametrize("place", ["worker", "own"])
+def test_killing_the_server_actor_changes_nothing(tmp_path, place):
+    """The server's process dies twice (with ``place`` worker, that is client worker 0's,
+    which Ray restarts without the server's state); the tables are those of a calm run."""
     kw = {"fl__rounds": 6, "method__name": "mifa", "fl__participation": "bernoulli"}
-    calm = _ray(small_config(tmp_path / "calm", **kw), num_workers=2)
+    calm = _ray(small_config(tmp_path / "calm", **kw), num_workers=2, server_process="own")
     run_fl(calm)
-    hit = _ray(small_config(tmp_path / "hit", **kw), num_workers=2)
+    hit = _ray(small_config(tmp_path / "hit", **kw), num_workers=2, server_process=place)
     backend = _ServerKiller(hit)
     assert run_fl(hit, backend=backend).status == "finished"
     assert backend.restarts == 2 and backend.mid_done  # both kills happened and were survived
+    assert backend.hosted == (place == "worker")
     a, b = _frames(calm.results_dir), _frames(hit.results_dir)
     for name in a:
         pd.testing.assert_frame_equal(a[name], b[name], check_exact=True)
