@@ -35,6 +35,9 @@ the launched process (the driver), the client workers (each), the server actor a
 process (Ray's own; Flower's actors), the share of it spent in the kernel, and the workers'
 minor page faults per round. A third says what the tree held at its peak: the PSS (and private
 anonymous memory) of the driver, each worker, the server and the other processes, the largest named.
+A fourth says what start-up cost: the CPU seconds the tree spent from launch to round 1 by
+role (reaped children counted with their parent), their total, and that total ÷ the cores —
+the least wall time start-up can take on this machine.
 
     python benchmarks/engine_overhead.py [--rounds 6] [--repeats 2] [--models cnn_valid,cnn]
         [--arms plain-2t,plain-1t,local,ray,flower] [--flower-python .venv-flower/bin/python]
@@ -222,9 +225,11 @@ def tree_memory(root: int) -> dict[int, tuple[str, str, int, int]]:
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu(root: int) -> dict[int, tuple[str, float, float, int]]:
-    """``pid -> (role, user s, kernel s, minor faults)`` for ``root`` and its descendants;
-    role: driver (``root``), worker, server or ray."""
+def tree_cpu(root: int) -> dict[int, tuple[str, float, float, int, float]]:
+    """``pid -> (role, user s, kernel s, minor faults, reaped children's s)`` for ``root`` and
+    its descendants; role: driver (``root``), worker, server or ray. The last is the CPU of
+    the process's children that have exited and been waited for (``cutime + cstime``): a
+    short-lived process (Ray's data-loading task, a helper) leaves the tree but not the sum."""
     out = {}
     for pid in _tree(root):
         try:
@@ -233,7 +238,8 @@ def tree_cpu(root: int) -> dict[int, tuple[str, float, float, int]]:
         except OSError:
             continue
         f = stat[stat.rindex(")") + 2 :].split()
-        out[pid] = (_role(pid, root, cmd), int(f[11]) / TICK, int(f[12]) / TICK, int(f[7]))
+        out[pid] = (_role(pid, root, cmd), int(f[11]) / TICK, int(f[12]) / TICK, int(f[7]),
+                    (int(f[13]) + int(f[14])) / TICK)  # fmt: skip
     return out
 
 
@@ -249,8 +255,8 @@ def cpu_window(samples: list, start: float, end: float) -> dict:
         return {}
     cores: dict[str, list[float]] = {}
     kernel = total = faults = 0.0
-    for pid, (role, user, sys_, flt) in b[1].items():
-        u0, s0, f0 = a[1].get(pid, (role, 0.0, 0.0, 0))[1:]
+    for pid, (role, user, sys_, flt, _) in b[1].items():
+        u0, s0, f0 = a[1].get(pid, (role, 0.0, 0.0, 0, 0.0))[1:4]
         used = (user - u0) + (sys_ - s0)
         cores.setdefault(role, []).append(used / span)
         kernel += sys_ - s0
@@ -259,6 +265,20 @@ def cpu_window(samples: list, start: float, end: float) -> dict:
             faults += flt - f0
     return {"cores": cores, "kernel": kernel / total if total else 0.0, "faults": faults,
             "span": span}  # fmt: skip
+
+
+def startup_cpu(samples: list, start1: float) -> dict[str, float]:
+    """CPU seconds the tree spent from launch to the start of round 1, by role (a process's
+    reaped children counted with it), from the last sample before ``start1``: every process
+    of the tree started after the launch, so its counters are all start-up work. On ``n``
+    cores start-up cannot take less wall time than this total ÷ ``n``."""
+    before = [x for x in samples if x[0] <= start1]
+    if not before:
+        return {}
+    out: dict[str, float] = {}
+    for role, user, sys_, _, reaped in before[-1][1].values():
+        out[role] = out.get(role, 0.0) + user + sys_ + reaped
+    return out
 
 
 def launch(cmd: list[str], env: dict[str, str]) -> dict:
@@ -308,6 +328,7 @@ def launch(cmd: list[str], env: dict[str, str]) -> dict:
         "wall": wall,
         "pss": peak,
         "cpu": cpu_window(samples, ends[0], ends[4]),
+        "startup_cpu": startup_cpu(samples, stamps["start1"]),
         "at_peak": at_peak,
     }
 
@@ -322,6 +343,16 @@ def cpu_line(arm: str, cpu: dict, rounds: float) -> str:
     return (f"  | {arm} | {sum(c.get('driver', [])):.2f} | {workers} | "
             f"{sum(c.get('server', [])):.2f} | {sum(c.get('ray', [])):.2f} | "
             f"{100 * cpu['kernel']:.1f} % | {per_round:,.0f} |")  # fmt: skip
+
+
+def startup_line(arm: str, wall: float, cpu: dict[str, float]) -> str:
+    """One row of the start-up table: CPU seconds by role, their total and its floor."""
+    if not cpu:
+        return f"  | {arm} | {wall:.1f} | – | – | – | – | – | – |"
+    total = sum(cpu.values())
+    cols = " | ".join(f"{cpu[r]:.1f}" if r in cpu else "–"
+                      for r in ("driver", "worker", "server", "ray"))  # fmt: skip
+    return f"  | {arm} | {wall:.1f} | {cols} | {total:.1f} | {total / (os.cpu_count() or 1):.1f} |"
 
 
 def memory_line(arm: str, at_peak: dict) -> str:
@@ -405,7 +436,7 @@ def main() -> None:
                     flush=True,
                 )
         med = {a: {k: statistics.median(r[k] for r in runs[a]) for k in runs[a][0]
-                   if k not in ("cpu", "at_peak")} for a in arms}  # fmt: skip
+                   if k not in ("cpu", "at_peak", "startup_cpu")} for a in arms}  # fmt: skip
         ref = med.get("plain-2t")
         print(f"\n  {model}, medians of {args.repeats}:")
         print(
@@ -427,6 +458,13 @@ def main() -> None:
         for a in arms:
             last = runs[a][-1]
             print(cpu_line(a, last["cpu"], 4 if last["cpu"] else 0))
+        print(f"\n  {model}, CPU seconds from launch to round 1 (the last repeat of each arm; "
+              f"the floor is their total ÷ {os.cpu_count()} cores):")  # fmt: skip
+        print("  | engine | start-up s | driver | workers | server | other processes | total "
+              "| floor s |")  # fmt: skip
+        print("  |---|---|---|---|---|---|---|---|")
+        for a in arms:
+            print(startup_line(a, runs[a][-1]["startup"], runs[a][-1]["startup_cpu"]))
         print(f"\n  {model}, memory at the tree's peak PSS (the last repeat of each arm; GB, "
               "PSS with the private anonymous memory in brackets):")  # fmt: skip
         print("  | engine | driver | workers | server | other processes (the largest, PSS) "

@@ -280,7 +280,8 @@ def main() -> None:
               f"object store capped at {cap} MiB: memories y_i "
               f"{mem:.0f} MB at the end; Ray spilled {r['spilled_mib']:.0f} MiB "
               f"({r['spilled_objects']} objects) and restored {r['restored_mib']:.0f} MiB; "
-              f"the server process's private memory (RssAnon) {r['server_first_rss'] / 1e6:.0f} MB when "
+              "the server process's private memory (RssAnon) "
+              f"{r['server_first_rss'] / 1e6:.0f} MB when "
               f"first seen, {r['server_peak_rss'] / 1e6:.0f} MB at its peak; "
               f"{r['round_s']:.2f} s/round; run {r['status']}", flush=True)  # fmt: skip
 

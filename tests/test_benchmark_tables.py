@@ -1,9 +1,12 @@
-"""The engine benchmark's memory table: process names and the row it prints (no timing)."""
+"""The engine benchmark's tables: process roles, the memory row, the start-up CPU (no timing)."""
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
@@ -40,3 +43,26 @@ def test_the_memory_row_sums_by_role_and_names_the_largest_others():
     assert E.memory_line("plain-2t", {1: ("driver", "python", gb, gb // 2)}) == \
         "  | plain-2t | 1.00 (0.50) | – | – | – | 1.00 |"  # fmt: skip
     assert E.memory_line("flower", {}) == "  | flower | – | – | – | – | – |"
+
+
+def test_startup_cpu_sums_every_process_and_its_reaped_children_before_round_one():
+    # (time, {pid: (role, user s, kernel s, minor faults, reaped children's s)})
+    samples = [
+        (0.5, {1: ("driver", 0.4, 0.1, 10, 0.0)}),
+        (3.0, {1: ("driver", 2.0, 0.5, 10, 0.0), 2: ("ray", 1.0, 0.2, 0, 0.0)}),
+        # the loader process has exited: its 0.7 s are its parent raylet's reaped time
+        (6.0, {1: ("driver", 2.5, 0.5, 10, 0.0), 2: ("ray", 1.5, 0.3, 0, 0.7),
+               3: ("worker", 1.8, 0.2, 5, 0.0), 4: ("worker", 1.6, 0.2, 5, 0.0)}),
+        (9.0, {1: ("driver", 9.0, 0.5, 10, 0.0)}),  # after round 1 began: not counted
+    ]  # fmt: skip
+    cpu = E.startup_cpu(samples, start1=7.0)
+    assert cpu == pytest.approx({"driver": 3.0, "ray": 2.5, "worker": 3.8})
+    assert E.startup_cpu(samples, start1=0.1) == {}
+    cores = os.cpu_count() or 1
+    assert E.startup_line("ray", 8.6, cpu) == (
+        f"  | ray | 8.6 | 3.0 | 3.8 | – | 2.5 | 9.3 | {9.3 / cores:.1f} |"
+    )
+    assert E.startup_line("flower", 15.0, {}) == "  | flower | 15.0 | – | – | – | – | – | – |"
+    # the window of rounds 2–5 reads the same 5-field samples
+    window = E.cpu_window(samples, 3.0, 6.0)
+    assert window["cores"]["driver"] == [pytest.approx(0.5 / 3)]
