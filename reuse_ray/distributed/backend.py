@@ -198,14 +198,16 @@ class RayBackend:
         # the server in worker 0's process (engine.server_process: worker), or its own actor
         self.hosted = e.server_process == "worker"
         self.workers = [
-            (ServingWorkerActor if self.hosted and k == 0 else ClientWorkerActor)
-            .options(**opts, **self._named("worker-0+server" if self.hosted and k == 0
-                                           else f"worker-{k}"))
-            .remote(self.device)
-            for k in range(size)
-        ]  # fmt: skip
-        self.server = (self.workers[0] if self.hosted
-                       else ServerActor.options(**self._named("server")).remote())  # fmt: skip
+            ClientWorkerActor.options(**opts, **self._named(f"worker-{k}")).remote(self.device)
+            for k in range(1 if self.hosted else 0, size)
+        ]
+        if self.hosted:
+            self.server = ServingWorkerActor.options(
+                **opts, **self._named("worker-0+server")
+            ).remote(self.device)
+            self.workers.insert(0, self.server)
+        else:
+            self.server = ServerActor.options(**self._named("server")).remote()
 
     def load_data(self, data_cfg: DataConfig) -> FederatedData:
         """Load the dataset in a short-lived task on the driver's node, so its arrays reach the
@@ -283,7 +285,7 @@ class RayBackend:
             ray.get(ok_ref)
         except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as err:
             if self._snap_ref is None or not _server_gone(err):
-                raise  # no earlier snapshot to fall back on
+                raise  # another failure, or no earlier snapshot to fall back on
             self._since.append((t, selected or []))
             return
         self._snap_ref = snap_ref
