@@ -81,7 +81,7 @@ def fractional_check(rounds: int, device: str) -> None:
     cfg = from_dict(RunConfig, base)
 
     class Inspect(RayBackend):
-        def start(self, setup):
+        def start(self, setup=None):
             super().start(setup)
             ids = ray.get(
                 [w.__ray_call__.remote(lambda s: ray.get_gpu_ids()) for w in self.workers]

@@ -20,9 +20,9 @@ import sys
 from typing import Any
 
 import numpy as np
-import torch
 
 from .errors import UserError
+from .lazy import torch
 
 FORMAT = "reuse_ray.checkpoint/1"
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import numpy as np
-import torch
 
+from .lazy import torch
 from .state import StateLayout
 
 VALUE_BYTES = 4

@@ -43,10 +43,12 @@ def machine_kind(device: str = "cpu") -> dict[str, str]:
     capability ATen dispatches to, and on ``cuda`` the GPU's name."""
     import torch
 
-    kind = {"cpu": _cpu_name(), "torch": torch.__version__,
-            "capability": torch.backends.cpu.get_cpu_capability()}  # fmt: skip
+    # plain strings (torch's version is a str subclass of torch's): the kind travels to a
+    # driver that imports no torch
+    kind = {"cpu": _cpu_name(), "torch": str(torch.__version__),
+            "capability": str(torch.backends.cpu.get_cpu_capability())}  # fmt: skip
     if device == "cuda" and torch.cuda.is_available():
-        kind["gpu"] = torch.cuda.get_device_name(torch.cuda.current_device())
+        kind["gpu"] = str(torch.cuda.get_device_name(torch.cuda.current_device()))
     return kind
 
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-from torch import nn
+from .lazy import nn, torch
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from torch import nn
 
 from .data.registry import ArraySplit, DatasetInfo
 from .data.transforms import batch_images, crop_flip
+from .engine.records import combine_batches
 from .rng import Purpose, torch_generator
 from .state import StateLayout
 
@@ -279,18 +280,6 @@ def evaluate_batches(
                           float(nn.functional.cross_entropy(out, y, reduction="sum"))))  # fmt: skip
     _move(model, "cpu")
     return out_parts
-
-
-def combine_batches(parts: list[tuple[int, float]], n: int) -> tuple[float, float]:
-    """(accuracy, mean cross-entropy) from :func:`evaluate_batches`' parts, in batch order:
-    the losses are added one batch after another in float64, so any split of the batches
-    over calls gives the same bits."""
-    correct, loss_sum = 0, 0.0
-    for c, loss in parts:
-        correct += c
-        loss_sum += loss
-    n = max(n, 1)
-    return correct / n, loss_sum / n
 
 
 def evaluate(

@@ -20,9 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import torch
-
 from ..codecs import SparseUpdate
+from ..lazy import torch
 from ..state import StateLayout
 
 # --------------------------------------------------------------------------- decisions

@@ -22,10 +22,9 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
-import torch
-
 from ..codecs import KIND_PROXY, SparseUpdate, pack, unpack
 from ..config import check_choice, check_range
+from ..lazy import torch
 from ..rng import Purpose, generator
 from .api import (
     FRESH,

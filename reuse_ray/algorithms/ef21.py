@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..codecs import SparseUpdate, topk_sparsify
 from ..config import check_choice
+from ..lazy import torch
 from ..state import StateLayout
 from .api import (
     FRESH,

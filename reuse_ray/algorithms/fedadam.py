@@ -14,9 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..config import check_choice, check_range
+from ..lazy import torch
 from .api import (
     FRESH,
     ClientTask,

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..config import check_range
+from ..lazy import torch
 from .api import (
     FRESH,
     ClientTask,

@@ -21,9 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import torch
-
 from ..config import check_choice, check_range
+from ..lazy import torch
 from .api import (
     FRESH,
     ClientTask,

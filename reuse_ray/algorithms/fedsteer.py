@@ -29,10 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from ..config import check_choice, check_range
 from ..errors import UserError
+from ..lazy import torch
 from ..rng import Purpose, generator
 from ..state import StateLayout
 from .api import FRESH, ORACLE, ClientTask, MethodEnv, Received, RoundPlan, StepResult

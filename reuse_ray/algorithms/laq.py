@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 from ..codecs import (
     KIND_SKIP,
@@ -31,6 +30,7 @@ from ..codecs import (
     message_kind,
 )
 from ..config import check_choice, check_range
+from ..lazy import torch
 from .api import (
     FRESH,
     LAZY,

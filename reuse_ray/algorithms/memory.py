@@ -14,8 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-import torch
-
+from ..lazy import torch
 from .table import ClientTable
 
 

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..config import check_choice
+from ..lazy import torch
 from .api import (
     FILL,
     FRESH,

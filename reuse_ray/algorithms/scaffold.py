@@ -16,10 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from ..codecs import KIND_CONTROL, encode_vector
 from ..config import check_choice
+from ..lazy import torch
 from ..state import StateLayout
 from .api import (
     FRESH,

@@ -14,8 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import torch
-
 from ..accounting import restricted_bytes_of
 from ..codecs import (
     SparseUpdate,
@@ -25,6 +23,7 @@ from ..codecs import (
     error_feedback_step,
     topk_sparsify,
 )
+from ..lazy import torch
 from ..state import StateLayout
 from .api import ClientContext, ClientResult, ClientTask, MethodEnv
 

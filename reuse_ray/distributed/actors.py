@@ -16,18 +16,22 @@ from __future__ import annotations
 import dataclasses
 import os
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
-import torch
 
 from ..algorithms.api import ClientTask, RoundPlan
 from ..algorithms.table import use_store
-from ..engine.records import ClientOutcome, RoundReport, RunSetup
-from ..engine.server import ServerCore
-from ..engine.worker import ClientWorker
+from ..config import RunConfig
+from ..data.registry import ArraySplit, DatasetInfo
+from ..engine.records import ClientOutcome, RoundReport, RunFacts, RunSetup
+from ..lazy import torch
 from ..machine import machine_kind
+
+if TYPE_CHECKING:  # imported where they are built: the driver imports this module, not torch
+    from ..engine.server import ServerCore
+    from ..engine.worker import ClientWorker
 
 
 def _as_tensor(w: np.ndarray | torch.Tensor) -> torch.Tensor:
@@ -52,9 +56,33 @@ class WorkerSide:
         constructor does not see the setup) from the box's refs: ``[setup, training split]``,
         the split an object of its own, read zero-copy."""
         if self.worker is None:
+            from ..engine.worker import ClientWorker
+
             setup, train = ray.get(setup_box)
             self.worker = ClientWorker(dataclasses.replace(setup, train=train), self.device)
         return self.worker
+
+    @ray.method(num_returns=2)
+    def build_setup(
+        self, cfg: RunConfig, info: DatasetInfo, train: ArraySplit, val: ArraySplit | None,
+        parts: list[np.ndarray],
+    ) -> tuple[RunSetup, RunFacts]:  # fmt: skip
+        """The run's setup, built in this process (the driver builds no model), without its
+        training split (an object of its own), and the facts the driver records. Called by
+        the driver, so both objects are the driver's and outlive this actor."""
+        from ..engine.setup import build_setup
+
+        setup = build_setup(cfg, info, train, val, parts)[0]
+        return dataclasses.replace(setup, train=None), RunFacts.of(setup)
+
+    @ray.method(num_returns=2)
+    def load_checkpoint(self, blob: bytes) -> tuple[Any, dict]:
+        """A checkpoint file read here (the driver holds no torch): the RunCheckpoint without
+        the server's snapshot, and the snapshot, as two objects the driver owns."""
+        from .. import checkpoint
+
+        ckpt = checkpoint.loads(blob)
+        return dataclasses.replace(ckpt, server=None), ckpt.server
 
     def load(self, setup_box: list) -> dict[str, str]:
         """Build the worker and warm it up (one throwaway step), so round 1 runs warm; returns
@@ -76,10 +104,11 @@ class WorkerSide:
         """:meth:`run_many` for a vectorized group (``engine.vectorize``)."""
         return _three(self._worker(setup_box).run_group(tasks, _as_tensor(w)))
 
-    def validate(self, w: np.ndarray, setup_box: list, batches: range) -> list:
-        """Part of the validation of ``w`` (:meth:`ClientWorker.validate`), as a task of a
-        round's queue."""
-        return self._worker(setup_box).validate(_as_tensor(w), batches)
+    def validate(self, w: np.ndarray, setup_box: list, batches: range,
+                 split: ArraySplit | None = None) -> list:  # fmt: skip
+        """Part of the evaluation of ``w`` on ``split`` (default: the validation split;
+        :meth:`ClientWorker.validate`), as a task of a round's queue or on its own."""
+        return self._worker(setup_box).validate(_as_tensor(w), batches, split)
 
     def pid(self) -> int:
         return os.getpid()
@@ -120,6 +149,12 @@ def _outcomes(metas: list[ClientOutcome], message_refs: list, local_refs: list) 
     ]
 
 
+def _server_core(setup: RunSetup) -> ServerCore:
+    from ..engine.server import ServerCore
+
+    return ServerCore(setup)
+
+
 class ServerStateLost(RuntimeError):
     """A server call reached a process that holds no server state: the client worker that
     hosts the server (``engine.server_process: worker``) died and Ray restarted it empty.
@@ -134,7 +169,7 @@ class ServerSide:
         """With no setup the actor only starts (and imports torch) while the driver loads the
         data; :meth:`load_server` then builds the server core."""
         use_store(ObjectStore())
-        self._core = ServerCore(setup) if setup is not None else None
+        self._core = _server_core(setup) if setup is not None else None
 
     @property
     def core(self) -> ServerCore:
@@ -143,7 +178,7 @@ class ServerSide:
         return self._core
 
     def load_server(self, setup: RunSetup) -> int:
-        self._core = ServerCore(setup)
+        self._core = _server_core(setup)
         return os.getpid()
 
     def has_server(self) -> bool:
@@ -162,6 +197,13 @@ class ServerSide:
 
     def snapshot(self) -> dict:
         return self.core.snapshot()
+
+    def checkpoint_blob(self, ckpt: Any) -> bytes:
+        """The checkpoint file of ``ckpt`` (a RunCheckpoint) with this server's snapshot,
+        written here: the driver holds no torch."""
+        from .. import checkpoint
+
+        return checkpoint.dumps(dataclasses.replace(ckpt, server=self.core.snapshot()))
 
     @ray.method(num_returns=2)
     def snapshot_checked(self) -> tuple[dict, bool]:

@@ -23,20 +23,19 @@ import os
 import signal
 import socket
 import threading
+from typing import Any
 
 import ray
-import torch
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ..algorithms.api import ClientTask, RoundPlan
 from ..config import DataConfig, RunConfig, ray_address_problem
-from ..data.registry import FederatedData, default_root, load_apart, load_dataset
-from ..engine.records import ClientOutcome, RoundReport, RunSetup
-from ..engine.round import play_round
-from ..engine.worker import vector_groups
+from ..data.registry import ArraySplit, FederatedData, default_root, load_apart, load_dataset
+from ..engine.records import ClientOutcome, RoundReport, RunFacts, RunSetup, combine_batches
+from ..engine.round import play_round, vector_groups
 from ..errors import UserError
+from ..lazy import torch
 from ..machine import mixed_kinds_note
-from ..training import combine_batches
 from .actors import (
     ClientWorkerActor,
     ServerActor,
@@ -171,6 +170,7 @@ class RayBackend:
         self.machine_kinds: list[dict[str, str]] = []
         self.machine_note: str | None = None
         self._val_size: int | None = None  # the validation split's length (None: no split)
+        self._built: tuple | None = None  # (setup ref, training split ref) once built
 
     def prepare(self) -> None:
         """Connect to Ray and start the actors before the run's inputs exist: their processes
@@ -231,20 +231,55 @@ class RayBackend:
         self._loaded = (train, train_ref)
         return data
 
-    def start(self, setup: RunSetup) -> None:
-        """The setup goes to the object store once, its training split as an object of its own
-        (the one :meth:`load_data` made, when the setup holds it); every actor builds from
-        them and the workers warm up; this returns when all are ready, so round 1 runs warm."""
-        self.prepare()
+    def _train_ref(self, train) -> ray.ObjectRef:
+        """The training split as an object of its own: the one :meth:`load_data` made, when
+        it is that split."""
+        loaded, loaded_ref = self._loaded
+        return loaded_ref if train is loaded else ray.put(train)
+
+    def _put_setup(self, setup: RunSetup) -> tuple[ray.ObjectRef, ray.ObjectRef]:
+        """A setup built in this process, into the object store: (setup without its training
+        split — the server needs no data —, the split)."""
+        _ship_method_code(setup)
         self.sizes = {i: len(p) for i, p in enumerate(setup.partitions)}
         self._val_size = None if setup.val is None else len(setup.val)
-        _ship_method_code(setup)
-        loaded, loaded_ref = self._loaded
-        train_ref = loaded_ref if setup.train is loaded else ray.put(setup.train)
-        setup_ref = ray.put(dataclasses.replace(setup, train=None))  # the server needs no data
+        return ray.put(dataclasses.replace(setup, train=None)), self._train_ref(setup.train)
+
+    def build(self, cfg: RunConfig, data: FederatedData, parts: list) -> RunFacts:
+        """The run's setup, built by client worker 0 (model, layout, w_0, the method): this
+        process builds no model and so never imports torch. The setup stays in the object
+        store, the driver's object (the call is the driver's), for :meth:`start`. A method
+        named by ``method.module`` is built here instead: a worker on another node may not
+        have its file, so its classes travel by value inside the setup."""
+        self.prepare()
+        if cfg.method.module is not None:
+            from ..engine.setup import make_setup
+
+            setup = make_setup(cfg, data, parts)[0]
+            self._built = self._put_setup(setup)
+            return RunFacts.of(setup)
+        self.sizes = {i: len(p) for i, p in enumerate(parts)}
+        self._val_size = None if data.val is None else len(data.val)
+        train_ref = self._train_ref(data.train)
+        setup_ref, facts_ref = self.workers[0].build_setup.remote(
+            cfg, data.info, train_ref, data.val, list(parts)
+        )
+        self._built = (setup_ref, train_ref)
+        return _get_unwrapped([facts_ref])[0]
+
+    def start(self, setup: RunSetup | None = None) -> None:
+        """Every actor builds from the setup (default: the one :meth:`build` made; a setup
+        given goes to the object store once, its training split as an object of its own) and
+        the workers warm up; this returns when all are ready, so round 1 runs warm."""
+        self.prepare()
+        if setup is not None:
+            self._built = self._put_setup(setup)
+        if self._built is None:
+            raise RuntimeError("RayBackend.start() needs a setup, or build() first")
         # held for the run, so restarted actors can rebuild; nested in a list so Ray passes
         # the refs themselves on every call
-        self._setup_box = [setup_ref, train_ref]
+        self._setup_box = list(self._built)
+        setup_ref = self._setup_box[0]
         got = ray.get([w.load.remote(self._setup_box) for w in self.workers]
                       + [self.server.load_server.remote(setup_ref)])  # fmt: skip
         self.machine_kinds = got[: len(self.workers)]
@@ -318,32 +353,60 @@ class RayBackend:
                        e.vectorize_group if e.vectorize else 0, side=self._side)  # fmt: skip
         return play_round(RemoteServer(self.server), pool, t, selected)
 
-    def validate_next_round(self) -> WorkerValidation | None:
-        """The validation of w_t (the server's current weights) as tasks of round t+1's
-        queue: up to two parts per worker, each of whole evaluation batches, which client
-        workers run in their largest-first place (the parts are small, so they even out the
-        round's end); ``result()`` gives (accuracy, loss), the numbers the driver's
-        :func:`~reuse_ray.training.evaluate` gives (same code, model, thread count and batch
-        size; the batches' losses added in order). On two cores the driver's validation thread
-        competed with both workers for the whole round; as a task it fills the round's tail
-        instead. None for GPU workers (a CPU pass there would hold up the GPU) or a setup
-        without a validation split: the driver then validates on its own thread."""
-        if self.device != "cpu" or not self.workers or self._val_size is None:
-            return None
-        w_ref = ray.put(self.weights().numpy())  # taken now: survives the server actor
+    def _weights_ref(self) -> ray.ObjectRef:
+        """w_t as an object the driver owns (it survives the server actor), fetched once to
+        know the call succeeded (zero-copy: a numpy array, no torch here)."""
+
+        def call():
+            ref = self.server.weights.remote()
+            ray.get(ref)
+            return ref
+
+        return self._survive(call)
+
+    def _evaluation(self, split: ArraySplit | None = None) -> WorkerValidation:
+        """The evaluation of w_t on ``split`` (default: the validation split) as parts of
+        whole evaluation batches, up to two per worker; each part's cost is a forward pass in
+        the pool's unit (a client's samples, each trained forward and backward, about three
+        forwards, in every local epoch)."""
+        w_ref = self._weights_ref()
+        n = self._val_size if split is None else len(split)
+        if n is None:
+            raise ValueError("this run's setup carries no validation split")
+        split_ref = None if split is None else ray.put(split)
         size = self.cfg.train.eval_batch_size
-        n_batches = -(-self._val_size // size)
-        pieces = min(n_batches, VALIDATION_PARTS_PER_WORKER * len(self.workers))
+        n_batches = -(-n // size)
+        pieces = max(1, min(n_batches, VALIDATION_PARTS_PER_WORKER * len(self.workers)))
         parts = []
         for k in range(pieces):
             batches = range(k * n_batches // pieces, (k + 1) * n_batches // pieces)
-            samples = min(batches.stop * size, self._val_size) - batches.start * size
-            # a forward pass, in the pool's unit (a client's samples, each trained forward
-            # and backward, about three forwards, in every local epoch)
+            samples = min(batches.stop * size, n) - batches.start * size
             cost = -(-samples // (3 * max(self.cfg.train.epochs, 1)))
-            parts.append(ValidationPart(w_ref, batches, cost))
-        self._side.extend(parts)
-        return WorkerValidation(parts, self._val_size, self._validate_now)
+            parts.append(ValidationPart(w_ref, batches, cost, split_ref))
+        return WorkerValidation(parts, n, self._validate_now)
+
+    def evaluate(self, split: ArraySplit | None = None) -> tuple[float, float]:
+        """(accuracy, loss) of w_t on ``split`` (default: the validation split; the test split
+        at the end), computed now by the client workers: the numbers the local engine gives
+        (same code, model, thread count and batch size; the batches' losses added in order)."""
+        return self._evaluation(split).result()
+
+    def validate_next_round(self) -> WorkerValidation | None:
+        """The validation of w_t (the server's current weights) as tasks of round t+1's
+        queue (:meth:`_evaluation`'s parts), which client workers run in their largest-first
+        place (the parts are small, so they even out the round's end); ``result()`` gives
+        (accuracy, loss). On two cores a validation beside the round competed with both
+        workers for the whole round; as tasks it fills the round's tail instead. GPU workers
+        get the parts at once, ahead of the round (a CPU pass in the queue would hold up the
+        GPU's tail). None for a setup without a validation split."""
+        if not self.workers or self._val_size is None:
+            return None
+        job = self._evaluation()
+        if self.device == "cpu":
+            self._side.extend(job.parts)
+        else:
+            self._validate_now(job)
+        return job
 
     def _validate_now(self, job: WorkerValidation) -> None:
         """Dispatch the parts of ``job`` no round took (no round ran after it was asked
@@ -393,7 +456,18 @@ class RayBackend:
     def snapshot(self) -> dict:
         return self._survive(lambda: ray.get(self.server.snapshot.remote()))
 
-    def restore(self, snap: dict) -> None:
+    def checkpoint(self, ckpt: Any) -> bytes:
+        """The checkpoint file, written by the server with its snapshot (no torch here)."""
+        return self._survive(lambda: ray.get(self.server.checkpoint_blob.remote(ckpt)))
+
+    def load_checkpoint(self, blob: bytes) -> Any:
+        """A checkpoint file, read by client worker 0: the RunCheckpoint, its ``server`` the
+        snapshot's object (the driver's), which :meth:`restore` takes."""
+        self.prepare()
+        ckpt_ref, snap_ref = self.workers[0].load_checkpoint.remote(blob)
+        return dataclasses.replace(_get_unwrapped([ckpt_ref])[0], server=snap_ref)
+
+    def restore(self, snap: Any) -> None:
         ray.get(self.server.restore.remote(snap))
         self._snap_ref = None
         self._take_snapshot(-1)  # the resumed state is the new base
@@ -406,6 +480,7 @@ class RayBackend:
         self.workers, self.server, self._setup_box = [], None, []
         self._side = []
         self._loaded = (None, None)
+        self._built = None
         self._snap_ref = None
 
 
@@ -462,13 +537,16 @@ def dispatch_batches(costs: list[int], workers: int, items: list, spread: int = 
 
 
 class ValidationPart:
-    """Some evaluation batches of a validation, one task of a round's queue."""
+    """Some evaluation batches of an evaluation (of the validation split, or of a split in
+    the object store), one worker task."""
 
-    def __init__(self, w_ref: ray.ObjectRef, batches: range, cost: int):
+    def __init__(self, w_ref: ray.ObjectRef, batches: range, cost: int,
+                 split_ref: ray.ObjectRef | None = None):  # fmt: skip
         self.w_ref, self.batches, self.cost, self.ref = w_ref, batches, cost, None
+        self.split_ref = split_ref
 
     def submit(self, worker, setup_box: list) -> ray.ObjectRef:
-        self.ref = worker.validate.remote(self.w_ref, setup_box, self.batches)
+        self.ref = worker.validate.remote(self.w_ref, setup_box, self.batches, self.split_ref)
         return self.ref
 
 

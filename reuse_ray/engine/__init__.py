@@ -1,24 +1,25 @@
 """The round loop and the backends it runs on (ALGORITHMS.md §1.5); no Ray imports here.
 
-The run loop (``run_fl`` and its helpers) is imported on first use: a client-worker process
-needs the records, the worker and the server core, not the Parquet writer (pyarrow, pandas)."""
+Every name is imported on first use (see ``_WHERE``)."""
 
-from .backend import Backend
-from .local import LocalBackend
-from .records import ClientError, ClientOutcome, RoundReport, RunSetup
-from .round import play_round
-from .sampling import select_clients, uniform_selection
-from .server import ServerCore
-from .worker import ClientWorker
-
-_LOOP = ("RunHooks", "RunSummary", "make_backend", "make_setup", "prepare_data", "run_fl")
+# every name is imported on first use: a client-worker process needs the records, the worker
+# and the server core, not the Parquet writer (pyarrow, pandas); the driver of the Ray engine
+# needs the loop and the records, not the local backend (torch)
+_WHERE = {
+    "Backend": "backend", "LocalBackend": "local", "ServerCore": "server",
+    "ClientWorker": "worker", "play_round": "round", "select_clients": "sampling",
+    "uniform_selection": "sampling", "ClientError": "records", "ClientOutcome": "records",
+    "RoundReport": "records", "RunSetup": "records", "make_setup": "setup",
+    "RunHooks": "loop", "RunSummary": "loop", "make_backend": "loop", "prepare_data": "loop",
+    "run_fl": "loop",
+}  # fmt: skip
 
 
 def __getattr__(name: str):
-    if name in _LOOP:
-        from . import loop
+    if name in _WHERE:
+        import importlib
 
-        return getattr(loop, name)
+        return getattr(importlib.import_module(f"{__name__}.{_WHERE[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

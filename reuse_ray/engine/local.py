@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
+from .. import checkpoint
 from ..algorithms.api import ClientTask
-from .records import ClientOutcome, RoundReport, RunSetup
-from .round import play_round
+from ..config import RunConfig
+from ..data.registry import ArraySplit, FederatedData
+from .records import ClientOutcome, RoundReport, RunFacts, RunSetup, combine_batches
+from .round import play_round, vector_groups
 from .server import ServerCore
-from .worker import ClientWorker, vector_groups
+from .setup import make_setup
+from .worker import ClientWorker
 
 
 class LocalServer(ServerCore):
@@ -45,8 +52,20 @@ class LocalBackend:
         self.device = device
         self.pool: LocalPool | None = None
         self.server: LocalServer | None = None
+        self.setup: RunSetup | None = None
 
-    def start(self, setup: RunSetup) -> None:
+    def build(self, cfg: RunConfig, data: FederatedData, parts: list[np.ndarray]) -> RunFacts:
+        """The run's setup, built here (:func:`~reuse_ray.engine.setup.make_setup`), for
+        :meth:`start`."""
+        self.setup = make_setup(cfg, data, parts)[0]
+        return RunFacts.of(self.setup)
+
+    def start(self, setup: RunSetup | None = None) -> None:
+        """Server and worker from ``setup`` (default: the one :meth:`build` made)."""
+        setup = setup or self.setup
+        if setup is None:
+            raise RuntimeError("LocalBackend.start() needs a setup, or build() first")
+        self.setup = setup
         self.server = LocalServer(setup)
         e = setup.cfg.engine
         self.pool = LocalPool(ClientWorker(setup, self.device),
@@ -62,6 +81,22 @@ class LocalBackend:
 
     def weights(self) -> torch.Tensor:
         return self._check()[0].weights()
+
+    def evaluate(self, split: ArraySplit | None = None) -> tuple[float, float]:
+        """(accuracy, loss) of w_t on ``split`` (default: the validation split), by the worker:
+        the numbers the Ray engine's workers give."""
+        server, pool = self._check()
+        parts = pool.worker.validate(server.weights(), split=split)
+        split = self.setup.val if split is None else split
+        return combine_batches(parts, len(split))
+
+    def checkpoint(self, ckpt: Any) -> bytes:
+        """The checkpoint file of ``ckpt`` (a RunCheckpoint) with the server's snapshot."""
+        return checkpoint.dumps(dataclasses.replace(ckpt, server=self.snapshot()))
+
+    def load_checkpoint(self, blob: bytes) -> Any:
+        """The RunCheckpoint in a file :meth:`checkpoint` wrote."""
+        return checkpoint.loads(blob)
 
     def memory_bytes(self) -> dict[str, int]:
         return self._check()[0].memory_bytes()

@@ -18,34 +18,24 @@ import socket
 import sys
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-from torch import nn
 
-from .. import checkpoint
-from ..algorithms import MethodEnv, build_method
 from ..allocator import retain_freed_memory
 from ..config import RunConfig, flatten, to_dict
 from ..data import class_counts, load_dataset, make_partition
 from ..data.registry import FederatedData
 from ..errors import UserError
-from ..models import head_parameter_names, init_model, resolve_model_name, set_memory_format
-from ..participation import participation_probs
 from ..results import RunWriter
 from ..results.storage import Storage, anchored
 from ..results.tensorboard import RoundScalars, run_folder, tensorboard_dir
 from ..results.tracking import MlflowRun
 from ..results.writer import COMPLETE
-from ..state import StateLayout
-from ..training import configure_determinism, evaluate
-from ..vectorized import check_vectorizable
 from .backend import Backend
-from .local import LocalBackend
 from .recorder import Recorder, RunCheckpoint
-from .records import RunSetup
+from .records import RunFacts
 from .sampling import select_clients
 
 Progress = Callable[[str], None]
@@ -96,9 +86,9 @@ class _Played:
 
 
 def _is_pending(val: Any) -> bool:
-    """A validation still running: a driver thread's Future, or a backend's handle with
-    ``result()`` (the Ray backend's task on a worker)."""
-    return isinstance(val, Future) or callable(getattr(val, "result", None))
+    """A validation still running: a backend's handle with ``result()`` (the Ray backend's
+    tasks on its workers)."""
+    return callable(getattr(val, "result", None))
 
 
 def _fmt_bytes(n: float) -> str:
@@ -130,6 +120,8 @@ def check_environment(cfg: RunConfig) -> None:
 def make_backend(cfg: RunConfig) -> Backend:
     """The backend named by ``cfg.engine.backend``; Ray is imported only when asked for."""
     if cfg.engine.backend == "local":
+        from .local import LocalBackend
+
         return LocalBackend("cuda" if cfg.engine.device == "cuda" else "cpu")
     from ..distributed import RayBackend
 
@@ -150,44 +142,15 @@ def prepare_data(cfg: RunConfig) -> tuple[FederatedData, list[np.ndarray]]:
     return data, partition_clients(cfg, data)
 
 
-def make_setup(
-    cfg: RunConfig, data: FederatedData, parts: list[np.ndarray]
-) -> tuple[RunSetup, nn.Module]:
-    """The run's static inputs (data, partitions, the model's layout and w_0, p_i, the method),
-    and the model instance the driver evaluates with."""
-    info = data.info
-    model_name = resolve_model_name(cfg.model.name, cfg.data.name)
-    model = init_model(model_name, info.shape, info.num_classes, cfg.seed, cfg.model.hidden)
-    set_memory_format(model, cfg.engine.channels_last)  # the driver validates with it
-    layout = StateLayout.from_model(model)
-    if cfg.engine.vectorize:
-        try:
-            check_vectorizable(model)
-        except ValueError as err:
-            raise UserError(f"engine.vectorize: model {model_name!r} cannot be vectorized: "
-                            f"{err} — allowed: models without BatchNorm (cnn, cnn_valid), or "
-                            "engine.vectorize: false") from None  # fmt: skip
-    if cfg.fl.participation == "adversarial":  # the law reads each client's labels
-        labels = [data.train.y[p] for p in parts]
-        probs = participation_probs(cfg, labels, info.num_classes)
-    else:
-        probs = participation_probs(cfg)
-    env = MethodEnv.from_config(cfg, layout, head_parameter_names(model), probs)
-    setup = RunSetup(cfg, info, data.train, tuple(parts), model_name, layout,
-                     layout.flatten(model), env.probs, build_method(cfg, env),
-                     val=data.val)  # fmt: skip
-    return setup, model
-
-
-def _run_row(cfg: RunConfig, run_id: str, hooks: RunHooks, setup: RunSetup, backend: Backend,
+def _run_row(cfg: RunConfig, run_id: str, hooks: RunHooks, facts: RunFacts, backend: Backend,
              started_at: str) -> dict[str, Any]:  # fmt: skip
     return {
         "run_id": run_id, "seed": cfg.seed, "status": "running", "error": None,
         "stage": hooks.stage, "sweep": hooks.sweep, "trial_id": hooks.trial_id,
         "label": hooks.extra.get("label"),
-        "dataset": cfg.data.name, "model": setup.model_name, "backend": backend.name,
-        "rounds_planned": cfg.fl.rounds, "rounds_completed": 0, "num_params": setup.layout.dim,
-        "dense_bytes": setup.layout.dense_bytes, "started_at": started_at, "test_reads": 0,
+        "dataset": cfg.data.name, "model": facts.model_name, "backend": backend.name,
+        "rounds_planned": cfg.fl.rounds, "rounds_completed": 0, "num_params": facts.num_params,
+        "dense_bytes": facts.dense_bytes, "started_at": started_at, "test_reads": 0,
         "host": socket.gethostname(), "ray_node": _ray_node(),
         "config_json": json.dumps(to_dict(cfg), sort_keys=True),
         **{f"cfg.{k}": json.dumps(v) if isinstance(v, list) else v
@@ -244,13 +207,12 @@ def run_fl(
     check_environment(cfg)
     t_start = time.perf_counter()
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    configure_determinism(cfg.train.threads)
     retain_freed_memory()
     say = progress or (lambda _msg: None)
     run_id = cfg.run_id
     writer = RunWriter(cfg.results_dir, run_id, cfg.method.name)
-    resumed: RunCheckpoint | None = checkpoint.loads(hooks.resume) if hooks.resume else None
-    if resumed is None:
+    resumed: RunCheckpoint | None = None  # read by the backend, once it runs (below)
+    if hooks.resume is None:
         previous = writer.previous_status()
         if previous in COMPLETE:
             if not (force or hooks.force):
@@ -273,18 +235,20 @@ def run_fl(
             data = getattr(backend, "load_data", load_dataset)(cfg.data)
         if not hooks.evaluate_test:
             data.forbid_test()  # a validation-only stage provably never reads the test split
+        if hooks.resume is not None:
+            resumed = backend.load_checkpoint(hooks.resume)
         parts = partition_clients(cfg, data)
-        setup, model = make_setup(cfg, data, parts)
+        # built where the backend computes (on a Ray worker: this process holds no model)
+        facts = backend.build(cfg, data, parts)
         info = data.info
-        layout = setup.layout
-        recorder = Recorder(writer, run_id, cfg.seed, layout.dense_bytes)
+        recorder = Recorder(writer, run_id, cfg.seed, facts.dense_bytes)
 
         counts = class_counts(parts, data.train.y, info.num_classes)
         for i, p in enumerate(parts):
             writer.add("clients", {"run_id": run_id, "seed": cfg.seed, "client_id": i,
                                    "num_samples": len(p),
                                    "class_counts": counts[i].tolist()})  # fmt: skip
-        run_row = _run_row(cfg, run_id, hooks, setup, backend, started_at)
+        run_row = _run_row(cfg, run_id, hooks, facts, backend, started_at)
         first_round = 1
         if resumed is not None:
             recorder.resume(resumed)
@@ -294,9 +258,9 @@ def run_fl(
     except BaseException:
         backend.close()  # nothing started may outlive a run that never began
         raise
-    say(f"[{run_id}] {cfg.method.name} on {cfg.data.name}/{setup.model_name}: "
+    say(f"[{run_id}] {cfg.method.name} on {cfg.data.name}/{facts.model_name}: "
         f"{cfg.fl.num_clients} clients, {cfg.fl.clients_per_round}/round, {cfg.fl.rounds} rounds, "
-        f"d={layout.dim:,} (B0={_fmt_bytes(layout.dense_bytes)}), backend={backend.name}"
+        f"d={facts.num_params:,} (B0={_fmt_bytes(facts.dense_bytes)}), backend={backend.name}"
         + (f", resumed after round {first_round - 1}" if resumed else ""))  # fmt: skip
 
     status, error = "running", None
@@ -306,8 +270,8 @@ def run_fl(
     test = None
     memory = None
     try:
-        probs = np.asarray(setup.probs)
-        backend.start(setup)
+        probs = np.asarray(facts.probs)
+        backend.start()
         note = getattr(backend, "machine_note", None)  # workers on several kinds of machine
         if note:
             say(f"[{run_id}] note: {note}")
@@ -317,7 +281,6 @@ def run_fl(
             # sees the backend's shared copy (zero-copy from Ray's object store) and its own
             # is freed, so the split is held once, not twice
             data.train = shared_train()
-            setup = replace(setup, train=data.train)
         if resumed is not None:
             backend.restore(resumed.server)
         label = hooks.extra.get("label") or (hooks.trial_id if hooks.stage == "search"
@@ -334,9 +297,8 @@ def run_fl(
                 {"run_id": run_id, "stage": hooks.stage, **flatten(cfg)},
             )
         t_loop = time.perf_counter()
-        overlap = bool(getattr(backend, "overlaps_validation", False))
-        evaluator = ThreadPoolExecutor(1, thread_name_prefix="validation") if overlap else None
-        beside = getattr(backend, "validate_next_round", None) if overlap else None
+        # a backend that validates w_t as part of round t+1 (the Ray engine, on its workers)
+        beside = getattr(backend, "validate_next_round", None)
         pending: _Played | None = None
 
         def finish(p: _Played, notify: bool = True) -> None:
@@ -366,7 +328,7 @@ def run_fl(
             blob = None
             if p.checkpoint:
                 writer.flush(("rounds", "client_events"))
-                blob = checkpoint.dumps(recorder.checkpoint(t, backend.snapshot()))
+                blob = backend.checkpoint(recorder.checkpoint(t))
             if hooks.on_round is not None:
                 last = recorder.last_val
                 hooks.on_round(dict(row, last_val_acc=last[0] if last else None), blob)
@@ -390,19 +352,13 @@ def run_fl(
                             and t < cfg.fl.rounds)  # fmt: skip
                 val: Any = None
                 if t == 1 or t % cfg.fl.eval_every == 0 or t == cfg.fl.rounds:
-                    if evaluator is not None and not ckpt and t < cfg.fl.rounds:
-                        # validate w_t while round t+1 trains: as a task of that round on a
-                        # client worker where the backend offers it, else on a driver
-                        # thread; the same numbers, off the round's critical path
-                        val = beside() if beside is not None else None
-                        if val is None:
-                            w_t = backend.weights()
-                            val = evaluator.submit(evaluate, model, layout, w_t, data.val,
-                                                   info, cfg.train.eval_batch_size)  # fmt: skip
-                    else:
+                    if beside is not None and not ckpt and t < cfg.fl.rounds:
+                        # validate w_t while round t+1 trains, as tasks of that round on the
+                        # client workers: the same numbers, off the round's critical path
+                        val = beside()
+                    if val is None:
                         e0 = time.perf_counter()
-                        val = evaluate(model, layout, backend.weights(), data.val, info,
-                                       cfg.train.eval_batch_size)  # fmt: skip
+                        val = backend.evaluate()
                         wall += time.perf_counter() - e0  # validated in line: part of the round
                 played = _Played(t, report, wall, val, ckpt)
                 if _is_pending(val):
@@ -417,12 +373,8 @@ def run_fl(
                     finish(pending, notify=False)
                 pending = None
             raise
-        finally:
-            if evaluator is not None:
-                evaluator.shutdown(wait=True)
         if status == "finished" and hooks.evaluate_test:
-            test = evaluate(model, layout, backend.weights(), data.test(), info,
-                            cfg.train.eval_batch_size)  # fmt: skip
+            test = backend.evaluate(data.test())
             say(f"[{run_id}] final round {cfg.fl.rounds}: test_acc={test[0]:.4f} "
                 f"test_loss={test[1]:.4f} (test split read once)")  # fmt: skip
         if status in ("finished", "diverged"):

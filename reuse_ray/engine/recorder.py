@@ -29,7 +29,7 @@ class RunCheckpoint:
     total_steps: int
     last_val: tuple[float, float] | None
     rows: dict[str, list[dict[str, Any]]]  # rounds and client_events so far
-    server: dict[str, Any]
+    server: Any  # the server's snapshot (a backend's handle to it, on the Ray driver)
 
 
 def round_bytes(report: RoundReport, b0: int) -> RoundBytes:
@@ -96,7 +96,9 @@ class Recorder:
             })  # fmt: skip
         return row
 
-    def checkpoint(self, t: int, server: dict[str, Any]) -> RunCheckpoint:
+    def checkpoint(self, t: int, server: Any = None) -> RunCheckpoint:
+        """The run's state after round t; the backend fills ``server`` (its snapshot) where it
+        writes the file (:meth:`~reuse_ray.engine.backend.Backend.checkpoint`)."""
         rows = {k: list(self.writer.rows[k]) for k in ("rounds", "client_events")}
         return RunCheckpoint(t, self.cum, self.total_steps, self.last_val, rows, server)
 

@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
-import torch
 
 from ..algorithms.api import Decision, Method
 from ..config import RunConfig
 from ..data.registry import ArraySplit, DatasetInfo
+from ..lazy import torch
 from ..state import StateLayout
 
 
@@ -41,6 +41,21 @@ class RunSetup:
 
     def num_samples(self) -> dict[int, int]:
         return {i: len(p) for i, p in enumerate(self.partitions)}
+
+
+@dataclass(frozen=True)
+class RunFacts:
+    """What the driver records of a run's setup (the ``runs`` row, the ledgers' B0) and
+    samples clients with; small, and free of tensors, wherever the setup was built."""
+
+    model_name: str
+    num_params: int
+    dense_bytes: int
+    probs: tuple[float, ...]
+
+    @classmethod
+    def of(cls, setup: RunSetup) -> RunFacts:
+        return cls(setup.model_name, setup.layout.dim, setup.layout.dense_bytes, setup.probs)
 
 
 @dataclass(frozen=True)
@@ -97,3 +112,15 @@ class RoundReport:
     update_norm: float
     diverged: bool
     dense_bytes: int
+
+
+def combine_batches(parts: list[tuple[int, float]], n: int) -> tuple[float, float]:
+    """(accuracy, mean cross-entropy) from :func:`evaluate_batches`' parts, in batch order:
+    the losses are added one batch after another in float64, so any split of the batches
+    over calls gives the same bits."""
+    correct, loss_sum = 0, 0.0
+    for c, loss in parts:
+        correct += c
+        loss_sum += loss
+    n = max(n, 1)
+    return correct / n, loss_sum / n

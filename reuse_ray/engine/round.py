@@ -44,3 +44,11 @@ def play_round(server: Server, pool: Pool, t: int, selected: list[int]) -> Round
     plan = server.plan(t, selected, answers)
     results = pool.run(plan.tasks, w, main=True) if plan.tasks else []
     return server.step(t, selected, plan, results)
+
+
+def vector_groups(tasks: Sequence[ClientTask], size: int) -> list[list[ClientTask]]:
+    """The groups a vectorized round trains together: the tasks in client-id order, in chunks
+    of ``size``. Fixed by the tasks alone, so every engine and pool size forms the same
+    groups (and gets the same bits)."""
+    ordered = sorted(tasks, key=lambda x: x.client)
+    return [ordered[k : k + size] for k in range(0, len(ordered), size)]

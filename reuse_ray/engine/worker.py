@@ -13,6 +13,7 @@ from torch import nn
 
 from ..algorithms.api import ClientTask
 from ..allocator import retain_freed_memory
+from ..data.registry import ArraySplit
 from ..models import init_model, set_memory_format
 from ..rng import Purpose
 from ..state import int_buffers
@@ -29,14 +30,6 @@ from .records import ClientError, ClientOutcome, RunSetup
 
 def _proxy_stage(purpose: Purpose) -> str:
     return "gate proxy" if purpose == Purpose.PROXY_GATE else "refresh proxy"
-
-
-def vector_groups(tasks: Sequence[ClientTask], size: int) -> list[list[ClientTask]]:
-    """The groups a vectorized round trains together: the tasks in client-id order, in chunks
-    of ``size``. Fixed by the tasks alone, so every engine and pool size forms the same
-    groups (and gets the same bits)."""
-    ordered = sorted(tasks, key=lambda x: x.client)
-    return [ordered[k : k + size] for k in range(0, len(ordered), size)]
 
 
 class ClientWorker:
@@ -98,15 +91,19 @@ class ClientWorker:
         self._stage = "encoding"
         return p
 
-    def validate(self, w: torch.Tensor, batches: range | None = None) -> list[tuple[int, float]]:
-        """(correct, loss sum) of ``w`` on the run's validation split, per evaluation batch in
-        ``batches`` (default: all), on the CPU: the driver's
-        :func:`~reuse_ray.training.evaluate_batches` with the same model, thread count and
-        batch size, so the same numbers. The model is reloaded before any later use."""
+    def validate(self, w: torch.Tensor, batches: range | None = None,
+                 split: ArraySplit | None = None) -> list[tuple[int, float]]:  # fmt: skip
+        """(correct, loss sum) of ``w`` on ``split`` (default: the run's validation split), per
+        evaluation batch in ``batches`` (default: all), on the CPU:
+        :func:`~reuse_ray.training.evaluate_batches` with the run's model, thread count and
+        batch size, so every engine gets the same numbers
+        (:func:`~reuse_ray.engine.records.combine_batches` adds them). The model is reloaded
+        before any later use."""
         s = self.setup
-        if s.val is None:
+        split = s.val if split is None else split
+        if split is None:
             raise ValueError("this run's setup carries no validation split")
-        return evaluate_batches(self.model, self.layout, w, s.val, s.info,
+        return evaluate_batches(self.model, self.layout, w, split, s.info,
                                 s.cfg.train.eval_batch_size, batches=batches)  # fmt: skip
 
     def warm_up(self) -> None:

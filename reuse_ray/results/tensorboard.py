@@ -56,9 +56,7 @@ class RoundScalars:
     """Writes one run's scalars; ``close`` flushes them."""
 
     def __init__(self, logdir: str | Path, folder: str):
-        from tensorboardX import SummaryWriter
-
-        self.writer = SummaryWriter(str(Path(logdir) / folder), flush_secs=30)
+        self.writer = _summary_writer()(str(Path(logdir) / folder), flush_secs=30)
 
     def add(self, t: int, row: dict[str, Any], report, val) -> None:
         """Round ``t``'s scalars. A value that is missing or not finite (the mean loss and
@@ -86,3 +84,22 @@ class RoundScalars:
     def close(self) -> None:
         self.writer.flush()
         self.writer.close()
+
+
+def _summary_writer() -> type:
+    """tensorboardX's SummaryWriter, imported without torch in a process that has not
+    imported it (the Ray engine's driver: about 0.45 GB of PSS): tensorboardX imports torch
+    only to accept tensors as values, and falls back to numpy when the import fails. These
+    scalars are floats."""
+    import sys
+
+    if "torch" in sys.modules or "tensorboardX" in sys.modules:
+        from tensorboardX import SummaryWriter
+
+        return SummaryWriter
+    sys.modules["torch"] = None  # type: ignore[assignment] # `import torch` raises ImportError
+    try:
+        from tensorboardX import SummaryWriter
+    finally:
+        del sys.modules["torch"]
+    return SummaryWriter

@@ -84,7 +84,7 @@ class _Recording(RayBackend):
 
     nodes: list[str] = []
 
-    def start(self, setup):
+    def start(self, setup=None):
         super().start(setup)
         where = [w.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
                  for w in self.workers]  # fmt: skip

@@ -249,10 +249,10 @@ def test_killing_a_worker_mid_round_changes_nothing(tmp_path):
 class _CorruptClientBackend(RayBackend):
     """Client 3's data is corrupt: its indices point outside the training split."""
 
-    def start(self, setup):
-        parts = list(setup.partitions)
+    def build(self, cfg, data, parts):
+        parts = list(parts)
         parts[3] = np.array([10**9], dtype=np.int64)
-        super().start(dataclasses.replace(setup, partitions=tuple(parts)))
+        return super().build(cfg, data, parts)
 
 
 class _ServerKiller(RayBackend):
@@ -345,26 +345,28 @@ def test_side_jobs_take_their_lpt_place_in_the_queue():
 
 def test_workers_validate_w_t_inside_the_next_round(tmp_path, local_reference, monkeypatch):
     """On CPU workers, the validation of every evaluated round but the last is a task of the
-    next round on a client worker: the driver evaluates only the last round and the test
-    split, and the rounds carry the local engine's numbers bit for bit."""
-    import reuse_ray.engine.loop as loop
-
-    calls = []
-    real = loop.evaluate
-    monkeypatch.setattr(loop, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    next round on a client worker: only the last round and the test split are evaluated in
+    line (by the workers too), and the rounds carry the local engine's numbers bit for bit."""
+    calls, deferred = [], []
+    real, real_next = RayBackend.evaluate, RayBackend.validate_next_round
+    monkeypatch.setattr(RayBackend, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
+    monkeypatch.setattr(RayBackend, "validate_next_round",
+                        lambda *a: deferred.append(1) or real_next(*a))  # fmt: skip
     local_cfg, local = local_reference["fedavg_topk"]
     cfg = _ray(small_config(tmp_path, **METHODS["fedavg_topk"]), num_workers=2)
     assert run_fl(cfg).status == "finished"
     rounds = _frames(cfg.results_dir)["rounds"]
     assert rounds["val_acc"].notna().sum() == 3  # rounds 1, 2 (eval_every 2) and 3
-    assert len(calls) == 2  # round 3's validation and the test split, on the driver
+    assert len(deferred) == 2  # rounds 1 and 2, inside rounds 2 and 3
+    assert len(calls) == 2  # round 3's validation and the test split, in line
     pd.testing.assert_frame_equal(local["rounds"], rounds, check_exact=True)
 
 
 def test_a_validation_no_round_took_runs_when_asked(tmp_path):
     """A validation asked for when no round follows (a round without client work, a failed
-    run) is dispatched by ``result()`` itself, with the driver's numbers."""
-    from reuse_ray.engine.loop import make_setup, prepare_data
+    run) is dispatched by ``result()`` itself, with the numbers of an evaluation in this
+    process; so are the in-line evaluations of the validation and the test split."""
+    from reuse_ray.engine import make_setup, prepare_data
     from reuse_ray.training import evaluate
 
     cfg = _ray(small_config(tmp_path), num_workers=1)
@@ -377,6 +379,10 @@ def test_a_validation_no_round_took_runs_when_asked(tmp_path):
         want = evaluate(model, setup.layout, backend.weights(), data.val, data.info,
                         cfg.train.eval_batch_size)  # fmt: skip
         assert job.result() == want and backend._side == []
+        assert backend.evaluate() == want
+        test = data.test()
+        assert backend.evaluate(test) == evaluate(model, setup.layout, backend.weights(), test,
+                                                  data.info, cfg.train.eval_batch_size)  # fmt: skip
     finally:
         backend.close()
 
@@ -422,7 +428,7 @@ def test_the_driver_reads_the_dataset_the_loader_task_put_in_the_store(tmp_path,
         assert not data.train.x.flags.writeable and not data.val.x.flags.writeable
         start, same = backend.start, []
 
-        def start_and_look(setup):
+        def start_and_look(setup=None):
             start(setup)
             same.append(backend._setup_box[1] == backend._loaded[1])  # no second copy
 
@@ -449,3 +455,39 @@ def test_a_missing_dataset_on_the_ray_engine_is_its_one_line_error(tmp_path):
     msg = str(exc.value)
     assert "\n" not in msg and "'mnist'" in msg and "reuse-ray fetch" in msg
     assert type(exc.value) is DatasetUnavailableError  # not Ray's wrapper, no remote traceback
+
+
+DRIVER_WITHOUT_TORCH = """
+import sys
+from reuse_ray.config import RunConfig, from_dict
+from reuse_ray.engine import RunHooks, run_fl
+
+base = {"seed": 7, "data": {"name": "digits"}, "model": {"name": "cnn", "hidden": 32},
+        "train": {"epochs": 1, "batch_size": 32},
+        "fl": {"num_clients": 10, "clients_per_round": 4, "rounds": 3, "eval_every": 1},
+        "method": {"name": sys.argv[2]},
+        "engine": {"backend": "ray", "num_workers": 2, "ray_address": sys.argv[3]},
+        "results_dir": sys.argv[1]}
+cfg = from_dict(RunConfig, base)
+blobs = {}
+hooks = RunHooks(checkpoint_every=2, save_checkpoint=lambda b, t: blobs.__setitem__(t, b))
+first = run_fl(cfg, hooks=hooks)
+again = run_fl(cfg, hooks=RunHooks(resume=blobs[2]), force=True)
+print(first.status, again.status, sorted(blobs), first.row["test_acc"] == again.row["test_acc"])
+print("torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("method", ["fedavg", "mifa"])
+def test_the_ray_engines_driver_never_imports_torch(tmp_path, method):
+    """The driver of a Ray run (setup, rounds, validation, the test split, a checkpoint and a
+    resume from it) imports no torch: the workers build the setup, evaluate and read and write
+    the checkpoint files. A resumed run gives the same test accuracy."""
+    import subprocess
+    import sys
+
+    address = ray.get_runtime_context().gcs_address
+    out = subprocess.run([sys.executable, "-c", DRIVER_WITHOUT_TORCH, str(tmp_path / "r"),
+                          method, address], capture_output=True, text=True)  # fmt: skip
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split("\n")[-3:] == ["finished finished [2] True", "False", ""]

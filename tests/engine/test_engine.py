@@ -14,6 +14,7 @@ from reuse_ray.cli import main
 from reuse_ray.config import DataConfig, FLConfig, MethodConfig, ModelConfig
 from reuse_ray.data import load_dataset
 from reuse_ray.engine import ClientError, LocalBackend, run_fl
+from reuse_ray.engine.records import combine_batches
 from reuse_ray.results import RUN_TABLES, TIMING_COLUMNS, ResultsError, read_table
 
 
@@ -172,9 +173,7 @@ def test_an_interrupt_during_a_rounds_validation_claims_no_round_the_tables_lack
 ):
     """Ctrl-C while round 3 validates (its training and server step done, its row not yet
     recorded): the runs row counts the 2 rounds the rounds table holds."""
-    from reuse_ray.engine import loop
-
-    real, calls = loop.evaluate, []
+    real, calls = LocalBackend.evaluate, []
 
     def evaluate(*args, **kwargs):
         calls.append(1)
@@ -182,7 +181,7 @@ def test_an_interrupt_during_a_rounds_validation_claims_no_round_the_tables_lack
             raise KeyboardInterrupt
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(loop, "evaluate", evaluate)
+    monkeypatch.setattr(LocalBackend, "evaluate", evaluate)
     cfg = small_config(tmp_path, fl__rounds=5, fl__eval_every=1)
     with pytest.raises(KeyboardInterrupt):
         run_fl(cfg)
@@ -311,29 +310,39 @@ def test_every_cfg_column_groups_in_pandas(tmp_path):
     assert json.loads(runs["cfg.data.synthetic_shape"].iloc[0]) == [1, 8, 8]
 
 
+class _Deferred:
+    """A validation the loop collects later (``result()``), as the Ray engine's tasks."""
+
+    def __init__(self, compute):
+        self.compute = compute
+
+    def result(self):
+        return self.compute()
+
+
 class _OverlappingBackend(LocalBackend):
-    """The local backend, validated the way the Ray engine is: w_t on a driver thread while
-    round t+1 trains."""
+    """The local backend, validated the way the Ray engine is: w_t taken when round t ends,
+    its validation collected after round t+1 has trained."""
 
-    overlaps_validation = True
+    def __init__(self):
+        super().__init__()
+        self.deferred = self.inline = 0
 
-    def weights(self):
-        return super().weights().clone()
+    def validate_next_round(self):
+        self.deferred += 1
+        w = self.weights().clone()
+        worker = self.pool.worker
+        return _Deferred(lambda: combine_batches(worker.validate(w), len(self.setup.val)))
+
+    def evaluate(self, split=None):
+        self.inline += 1
+        return super().evaluate(split)
 
 
-def test_validation_overlapping_the_next_round_changes_no_number(tmp_path, monkeypatch):
-    import threading
+def test_validation_overlapping_the_next_round_changes_no_number(tmp_path):
+    from reuse_ray.engine import RunHooks
 
-    from reuse_ray.engine import RunHooks, loop
-
-    threads, seen = [], []
-    real = loop.evaluate
-
-    def spy(*args, **kw):
-        threads.append(threading.current_thread().name)
-        return real(*args, **kw)
-
-    monkeypatch.setattr(loop, "evaluate", spy)
+    seen = []
     kw = {"fl__rounds": 7, "fl__eval_every": 1, "method__name": "dg_fedreuse"}
     plain, overlapped = small_config(tmp_path / "a", **kw), small_config(tmp_path / "b", **kw)
     run_fl(plain)
@@ -343,7 +352,8 @@ def test_validation_overlapping_the_next_round_changes_no_number(tmp_path, monke
         checkpoint_every=3,
         save_checkpoint=lambda b, t: blobs.__setitem__(t, b),
     )
-    run_fl(overlapped, backend=_OverlappingBackend(), hooks=hooks)  # fmt: skip
+    backend = _OverlappingBackend()
+    run_fl(overlapped, backend=backend, hooks=hooks)
     a, b = _tables(plain.results_dir), _tables(overlapped.results_dir)
     for name in ("rounds", "client_events"):
         pd.testing.assert_frame_equal(_metrics(a[name]), _metrics(b[name]), check_exact=True)
@@ -352,12 +362,9 @@ def test_validation_overlapping_the_next_round_changes_no_number(tmp_path, monke
     # rounds reach the caller in order, each with its own validation
     assert [r for r, _ in seen] == list(range(1, 8))
     assert [v for _, v in seen] == a["rounds"].sort_values("round")["val_acc"].tolist()
-    # the plain run validated inline (7 rounds + the test split); the overlapped run validated
-    # rounds 1, 2, 4, 5 on the validation thread, the checkpoint rounds 3 and 6, the last
-    # round and the test split inline
-    assert threads[:8] == ["MainThread"] * 8
-    on_thread = [name.startswith("validation") for name in threads[8:]]
-    assert on_thread == [True, True, False, True, True, False, False, False]
+    # the overlapped run deferred rounds 1, 2, 4 and 5; it validated the checkpoint rounds 3
+    # and 6, the last round and the test split inline
+    assert (backend.deferred, backend.inline) == (4, 4)
     assert sorted(blobs) == [3, 6]
 
 

@@ -14,7 +14,8 @@ from conftest import small_config
 from reuse_ray.config import DataConfig, EngineConfig
 from reuse_ray.data import load_dataset
 from reuse_ray.engine import ClientError, run_fl
-from reuse_ray.engine.worker import ClientWorker, vector_groups
+from reuse_ray.engine.round import vector_groups
+from reuse_ray.engine.worker import ClientWorker
 from reuse_ray.errors import UserError
 from reuse_ray.models import init_model
 from reuse_ray.results import read_table
