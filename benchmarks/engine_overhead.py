@@ -129,7 +129,7 @@ class _Stamped:
 
 
 def child_engine(model: str, rounds: int, samples: int, arm: str) -> dict:
-    import workload_w as W
+    import workload_spec as W  # no torch: the Ray engine's driver imports none
 
     from reuse_ray.config import RunConfig, from_dict
     from reuse_ray.engine import RunHooks, make_backend, run_fl

@@ -14,50 +14,34 @@ imports Ray, so the Flower harness can use it from its own virtual environment.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
+
+# W's constants and its run configuration (torch-free: the engine arms' drivers import them)
+from workload_spec import (  # noqa: F401 - re-exported: W.SEED, W.run_config, ...
+    ALPHA,
+    BATCH,
+    CLIENTS,
+    EPOCHS,
+    EVAL_BATCH,
+    HIDDEN,
+    LR,
+    MIN_SIZE,
+    MOMENTUM,
+    PER_ROUND,
+    SEED,
+    WEIGHT_DECAY,
+    data_config,
+    run_config,
+)
 
 from reuse_ray.config import DataConfig, from_dict
 from reuse_ray.data import load_dataset, make_partition, to_tensor
 from reuse_ray.data.registry import FederatedData
 from reuse_ray.models import init_model
 from reuse_ray.participation import uniform_selection
-
-SEED = 1
-CLIENTS = 50
-PER_ROUND = 10
-EPOCHS = 3
-BATCH = 128
-LR, MOMENTUM, WEIGHT_DECAY = 0.05, 0.9, 1e-4
-ALPHA, MIN_SIZE = 0.5, 10
-EVAL_BATCH = 1024
-HIDDEN = {"cnn_valid": 512, "cnn": 128}
-
-
-def data_config(samples: int = 20000) -> dict[str, Any]:
-    """The ``data`` section: ``samples`` training images after the validation/test carve-outs."""
-    return {"name": "synthetic", "synthetic_samples": int(samples / 0.72),
-            "synthetic_shape": [1, 28, 28], "synthetic_classes": 10}  # fmt: skip
-
-
-def run_config(model: str, rounds: int, samples: int, backend: str, results: str) -> dict:
-    """W as a reuse_ray run configuration (validation after every round)."""
-    return {
-        "seed": SEED,
-        "data": data_config(samples),
-        "model": {"name": model, "hidden": HIDDEN[model]},
-        "train": {"epochs": EPOCHS, "batch_size": BATCH, "lr": LR, "momentum": MOMENTUM,
-                  "weight_decay": WEIGHT_DECAY, "threads": 1},
-        "fl": {"num_clients": CLIENTS, "clients_per_round": PER_ROUND, "rounds": rounds,
-               "eval_every": 1},
-        "partition": {"kind": "dirichlet", "alpha": ALPHA, "min_size": MIN_SIZE},
-        "method": {"name": "fedavg", "topk_ratio": 1.0},
-        "engine": {"backend": backend},
-        "results_dir": results,
-    }  # fmt: skip
 
 
 @dataclass

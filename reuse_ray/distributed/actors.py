@@ -90,19 +90,20 @@ class WorkerSide:
         self._worker(setup_box).warm_up()
         return machine_kind(self.device)
 
-    def run_many(self, tasks: list[ClientTask], w: np.ndarray, setup_box: list) -> tuple:
+    def run_many(self, tasks: list[TaskHandle], w: np.ndarray, setup_box: list) -> tuple:
         """Several tasks, one after the other (each from the same w, as in separate calls), as
         three objects (called with ``num_returns=3``): the tasks' small metadata, their
         messages and the states the clients keep, each a tuple in task order. One call and
         three objects for a batch of small clients save the per-call round trips and per-object
         costs that otherwise dominate such clients. ``setup_box`` is ``[setup_ref,
-        train_ref]``: nested, so Ray passes the refs, not the setup, on every call."""
+        train_ref]``: nested, so Ray passes the refs, not the setup, on every call. The tasks
+        come as :class:`TaskHandle` objects, fetched here."""
         worker, w_t = self._worker(setup_box), _as_tensor(w)
-        return _three([worker.run(task, w_t) for task in tasks])
+        return _three([worker.run(task, w_t) for task in _fetch_tasks(tasks)])
 
-    def run_group(self, tasks: list[ClientTask], w: np.ndarray, setup_box: list) -> tuple:
+    def run_group(self, tasks: list[TaskHandle], w: np.ndarray, setup_box: list) -> tuple:
         """:meth:`run_many` for a vectorized group (``engine.vectorize``)."""
-        return _three(self._worker(setup_box).run_group(tasks, _as_tensor(w)))
+        return _three(self._worker(setup_box).run_group(_fetch_tasks(tasks), _as_tensor(w)))
 
     def validate(self, w: np.ndarray, setup_box: list, batches: range,
                  split: ArraySplit | None = None) -> list:  # fmt: skip
@@ -112,6 +113,21 @@ class WorkerSide:
 
     def pid(self) -> int:
         return os.getpid()
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskHandle:
+    """A client task as the driver handles it: the client's id (what the pool schedules by)
+    and the task's own object, which only the worker that runs it fetches. A task carries the
+    method's instructions and the client's own state (SCAFFOLD's control variates, EF21's g_i:
+    tensors); they go from the server to the worker, never through the driver."""
+
+    client: int
+    ref: ray.ObjectRef
+
+
+def _fetch_tasks(handles: list[TaskHandle]) -> list[ClientTask]:
+    return ray.get([h.ref for h in handles])
 
 
 def _three(outs: list[ClientOutcome]) -> tuple[tuple, tuple, tuple]:
@@ -184,12 +200,27 @@ class ServerSide:
     def has_server(self) -> bool:
         return self._core is not None
 
-    def probes(self, t: int, selected: list[int]) -> tuple[ClientTask, ...]:
-        return self.core.probes(t, selected)
+    @ray.method(num_returns=2)
+    def probes(self, t: int, selected: list[int]) -> tuple[tuple[int, ...], tuple]:
+        """The probe tasks' client ids (for the driver) and the tasks (for :meth:`each_task`)."""
+        tasks = self.core.probes(t, selected)
+        return tuple(x.client for x in tasks), tasks
 
-    def plan(self, t: int, selected: list[int], metas: list[ClientOutcome],
-             message_refs: list, local_refs: list) -> RoundPlan:  # fmt: skip
-        return self.core.plan(t, selected, _outcomes(metas, message_refs, local_refs))
+    @ray.method(num_returns=2)
+    def plan(
+        self, t: int, selected: list[int], metas: list[ClientOutcome], message_refs: list,
+        local_refs: list,
+    ) -> tuple[tuple[int, ...], RoundPlan]:  # fmt: skip
+        """The planned tasks' client ids (for the driver) and the plan, an object the driver
+        owns and hands to :meth:`each_task` and :meth:`step` unread."""
+        plan = self.core.plan(t, selected, _outcomes(metas, message_refs, local_refs))
+        return tuple(x.client for x in plan.tasks), plan
+
+    def each_task(self, source: RoundPlan | tuple) -> Any:
+        """The tasks of a plan (or probe tasks), each as an object of its own: called with
+        ``num_returns`` = their number, so each worker fetches only the tasks it runs."""
+        tasks = tuple(source.tasks if isinstance(source, RoundPlan) else source)
+        return tasks[0] if len(tasks) == 1 else tasks
 
     def step(self, t: int, selected: list[int], plan: RoundPlan, metas: list[ClientOutcome],
              message_refs: list, local_refs: list) -> RoundReport:  # fmt: skip

@@ -28,7 +28,6 @@ from typing import Any
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from ..algorithms.api import ClientTask, RoundPlan
 from ..config import DataConfig, RunConfig, ray_address_problem
 from ..data.registry import ArraySplit, FederatedData, default_root, load_apart, load_dataset
 from ..engine.records import ClientOutcome, RoundReport, RunFacts, RunSetup, combine_batches
@@ -41,6 +40,7 @@ from .actors import (
     ServerActor,
     ServerStateLost,
     ServingWorkerActor,
+    TaskHandle,
     _as_tensor,
     fetch_indexed,
 )
@@ -594,14 +594,14 @@ class RayPool:
         self.vectorize_group = vectorize_group
         self.side = side if side is not None else []
 
-    def run(self, tasks: list[ClientTask], w_ref: ray.ObjectRef,
+    def run(self, tasks: list[TaskHandle], w_ref: ray.ObjectRef,
             main: bool = False) -> list[Result]:  # fmt: skip
         """Run every task on idle workers; the refs come back in client order. The main run
         also runs the side jobs, each in its LPT place, and returns when they are done too."""
         refs: dict[int, Result] = {}
         pending: dict[ray.ObjectRef, int] = {}
 
-        def cost(group: list[ClientTask]) -> int:
+        def cost(group: list[TaskHandle]) -> int:
             return sum(self.sizes.get(x.client, 0) for x in group)
 
         # largest clients (or groups) first (LPT scheduling) keeps the pool busy until the
@@ -635,8 +635,18 @@ class RayPool:
         return [refs[c] for c in sorted(refs)]
 
 
+@dataclasses.dataclass(frozen=True)
+class RemotePlan:
+    """A plan as the driver holds it: its tasks' handles and the plan's object, which the
+    server's step reads (the driver never does)."""
+
+    tasks: tuple[TaskHandle, ...]
+    ref: ray.ObjectRef
+
+
 class RemoteServer:
-    """The server actor as the round sees it: the driver fetches only small metadata."""
+    """The server actor as the round sees it: the driver fetches only small metadata (client
+    ids, outcomes' metadata, the report); tasks and plans stay objects it never reads."""
 
     def __init__(self, actor):
         self.actor = actor
@@ -644,8 +654,18 @@ class RemoteServer:
     def weights_ref(self) -> ray.ObjectRef:
         return self.actor.weights.remote()  # one ref per round, never fetched by the driver
 
-    def probes(self, t: int, selected: list[int]) -> tuple[ClientTask, ...]:
-        return ray.get(self.actor.probes.remote(t, selected))
+    def _handles(self, clients_ref: ray.ObjectRef, source_ref: ray.ObjectRef
+                 ) -> tuple[TaskHandle, ...]:  # fmt: skip
+        """One handle per task, each task an object of its own (:meth:`ServerSide.each_task`)."""
+        clients = ray.get(clients_ref)
+        if not clients:
+            return ()
+        refs = self.actor.each_task.options(num_returns=len(clients)).remote(source_ref)
+        refs = [refs] if len(clients) == 1 else refs
+        return tuple(TaskHandle(c, r) for c, r in zip(clients, refs, strict=True))
+
+    def probes(self, t: int, selected: list[int]) -> tuple[TaskHandle, ...]:
+        return self._handles(*self.actor.probes.remote(t, selected))
 
     @staticmethod
     def _split(results: list[Result]) -> tuple[list[ClientOutcome], list, list]:
@@ -654,12 +674,13 @@ class RemoteServer:
         metas = fetch_indexed([(r[0], r[3]) for r in results], _get_unwrapped)
         return metas, [(r[1], r[3]) for r in results], [(r[2], r[3]) for r in results]
 
-    def plan(self, t: int, selected: list[int], results: list[Result]) -> RoundPlan:
-        return ray.get(self.actor.plan.remote(t, selected, *self._split(results)))
+    def plan(self, t: int, selected: list[int], results: list[Result]) -> RemotePlan:
+        clients_ref, plan_ref = self.actor.plan.remote(t, selected, *self._split(results))
+        return RemotePlan(self._handles(clients_ref, plan_ref), plan_ref)
 
-    def step(self, t: int, selected: list[int], plan: RoundPlan,
+    def step(self, t: int, selected: list[int], plan: RemotePlan,
              results: list[Result]) -> RoundReport:  # fmt: skip
-        return ray.get(self.actor.step.remote(t, selected, plan, *self._split(results)))
+        return ray.get(self.actor.step.remote(t, selected, plan.ref, *self._split(results)))
 
 
 def _server_gone(err: Exception) -> bool:

@@ -15,7 +15,10 @@ from .records import RoundReport
 
 
 class Server(Protocol):
-    """The server side as the round sees it (a :class:`ServerCore` or a remote handle)."""
+    """The server side as the round sees it (a :class:`ServerCore` or a remote handle). A
+    remote server hands out tasks as handles with the task's ``client`` (what a pool schedules
+    by) and a plan whose ``tasks`` are such handles: the tasks themselves travel from the
+    server to the workers, not through the driver."""
 
     def weights_ref(self) -> Any: ...
 

@@ -478,7 +478,7 @@ print("torch" in sys.modules)
 """
 
 
-@pytest.mark.parametrize("method", ["fedavg", "mifa"])
+@pytest.mark.parametrize("method", ["fedavg", "scaffold"])
 def test_the_ray_engines_driver_never_imports_torch(tmp_path, method):
     """The driver of a Ray run (setup, rounds, validation, the test split, a checkpoint and a
     resume from it) imports no torch: the workers build the setup, evaluate and read and write
