@@ -46,8 +46,13 @@ class WorkerSide:
     """A client worker's calls (:class:`ClientWorkerActor`, :class:`ServingWorkerActor`)."""
 
     def __init__(self, device: str = "cpu"):
-        """Created before the run's inputs exist, so the process starts (and imports torch)
-        while the driver loads the data; :meth:`load` then builds the worker."""
+        """Created before the run's inputs exist, so the process starts and imports what it
+        trains with (torch, the worker, the models; this module names them lazily, for the
+        driver) while the data loads; :meth:`build_setup` and :meth:`load` then find them."""
+        import importlib
+
+        for name in ("..engine.worker", "..engine.setup"):
+            importlib.import_module(name, __package__)
         self.device = device
         self.worker: ClientWorker | None = None
 
