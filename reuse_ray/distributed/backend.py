@@ -145,9 +145,6 @@ class RayBackend:
     """Client work on a pool of Ray actors; server state in worker 0's or its own actor."""
 
     name = "ray"
-    # the client work runs in other processes, so the driver validates w_t while round t+1
-    # trains (run_fl); the numbers are the same either way
-    overlaps_validation = True
 
     def __init__(self, cfg: RunConfig, resources: dict[str, float] | None = None,
                  name: str | None = None, namespace: str | None = None):  # fmt: skip
