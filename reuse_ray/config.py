@@ -402,7 +402,7 @@ class EngineConfig:
     # dies, a new one starts from the last snapshot and replays the rounds since (bit-identical)
     server_snapshot_every: int = 1
     # where the Ray engine's server lives: worker = in client worker 0's process (its calls
-    # come between rounds, when that worker is idle; one torch process fewer, about 0.46 GB),
+    # come between rounds, when that worker is idle; one torch process fewer, about 0.4 GB),
     # own = an actor process of its own. The same numbers either way
     server_process: str = "worker"
     # train the clients of a round together (one batched pass over stacked parameters), in

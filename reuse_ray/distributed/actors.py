@@ -49,10 +49,8 @@ class WorkerSide:
         """Created before the run's inputs exist, so the process starts and imports what it
         trains with (torch, the worker, the models; this module names them lazily, for the
         driver) while the data loads; :meth:`build_setup` and :meth:`load` then find them."""
-        import importlib
+        from ..engine import setup, worker  # noqa: F401 - imported now, used from load on
 
-        for name in ("..engine.worker", "..engine.setup"):
-            importlib.import_module(name, __package__)
         self.device = device
         self.worker: ClientWorker | None = None
 
@@ -124,8 +122,8 @@ class WorkerSide:
 class TaskHandle:
     """A client task as the driver handles it: the client's id (what the pool schedules by)
     and the task's own object, which only the worker that runs it fetches. A task carries the
-    method's instructions and the client's own state (SCAFFOLD's control variates, EF21's g_i:
-    tensors); they go from the server to the worker, never through the driver."""
+    method's instructions and the client's own state, often tensors; they go from the server
+    to the worker, never through the driver."""
 
     client: int
     ref: ray.ObjectRef
@@ -290,8 +288,8 @@ class ServerActor(ServerSide):
 class ServingWorkerActor(WorkerSide, ServerSide):
     """A client worker whose process also holds the run's server (``engine.server_process:
     worker``, the default): the server's calls come between rounds, when the worker is idle,
-    so they cost no round time, and the run has one torch process fewer (about 0.46 GB of
-    PSS on W, ``benchmarks/engine_overhead.py``). Ray restarts it like any worker; the state
+    so they cost no round time, and the run has one torch process fewer (peak PSS on W 1.90
+    against 2.29 GB, ``benchmarks/engine_overhead.py``). Ray restarts it like any worker; the state
     its server held is then gone (:class:`ServerStateLost`) and the backend restores it."""
 
     def __init__(self, device: str = "cpu"):

@@ -234,12 +234,17 @@ class RayBackend:
         loaded, loaded_ref = self._loaded
         return loaded_ref if train is loaded else ray.put(train)
 
+    def _note_sizes(self, parts, val: ArraySplit | None) -> None:
+        """The clients' sample counts (the pool's largest-first order) and the validation
+        split's length (its evaluation's parts)."""
+        self.sizes = {i: len(p) for i, p in enumerate(parts)}
+        self._val_size = None if val is None else len(val)
+
     def _put_setup(self, setup: RunSetup) -> tuple[ray.ObjectRef, ray.ObjectRef]:
         """A setup built in this process, into the object store: (setup without its training
         split — the server needs no data —, the split)."""
         _ship_method_code(setup)
-        self.sizes = {i: len(p) for i, p in enumerate(setup.partitions)}
-        self._val_size = None if setup.val is None else len(setup.val)
+        self._note_sizes(setup.partitions, setup.val)
         return ray.put(dataclasses.replace(setup, train=None)), self._train_ref(setup.train)
 
     def build(self, cfg: RunConfig, data: FederatedData, parts: list) -> RunFacts:
@@ -255,8 +260,7 @@ class RayBackend:
             setup = make_setup(cfg, data, parts)[0]
             self._built = self._put_setup(setup)
             return RunFacts.of(setup)
-        self.sizes = {i: len(p) for i, p in enumerate(parts)}
-        self._val_size = None if data.val is None else len(data.val)
+        self._note_sizes(parts, data.val)
         train_ref = self._train_ref(data.train)
         setup_ref, facts_ref = self.workers[0].build_setup.remote(
             cfg, data.info, train_ref, data.val, list(parts)
