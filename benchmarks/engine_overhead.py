@@ -17,6 +17,10 @@ Arms, each launched as a fresh process (``--arms``):
             in worker 0's process, ``engine.server_process: worker``, the default)
   ray-own   the Ray engine with the server in an actor process of its own
             (``engine.server_process: own``)
+  ray-attached  the Ray engine connecting to a Ray instance that was already running (as a
+            job submitted to a cluster does): a fresh one per repeat, started before the launch
+            and left idle until its processes settle; its processes and workers are measured
+            with the arm, their CPU counted from the launch on
   ray-cl    the Ray engine with ``engine.channels_last: true`` (channels-last convolutions)
   ray-malloc-default  the Ray engine with malloc left at its defaults (``REUSE_RAY_MALLOC=default``)
   flower    Flower 1.42's simulation runtime (``peer_flower.py``, 2 actors × 1 CPU), run by
@@ -49,6 +53,9 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
@@ -68,6 +75,7 @@ ARMS = (
     "local",
     "ray",
     "ray-own",
+    "ray-attached",
     "ray-cl",
     "ray-malloc-default",
     "flower",
@@ -183,19 +191,25 @@ def _role(pid: int, root: int, cmd: bytes) -> str:
 
 
 def _label(cmd: bytes) -> str:
-    """A process's short name: ``ray::Name`` as Ray titles it, else the script or binary."""
+    """A process's short name: ``ray::Name`` as Ray titles it, else the module (``-m``),
+    script or binary."""
     words = [w for w in cmd.split(b"\0") if w]
     if not words:
         return "?"
     if words[0].startswith(b"ray::"):
         return words[0].decode(errors="replace").split()[0]
+    if len(words) > 2 and words[1] == b"-m":  # python -m module: the module
+        return words[2].decode(errors="replace")
     scripts = [w for w in words[1:] if w.endswith(b".py")]
     return Path((scripts[0] if scripts else words[0]).decode(errors="replace")).name
 
 
-def _tree(root: int) -> list[int]:
-    """``root`` and all its descendants."""
-    kids, out, todo = _children(), [], [root]
+def _tree(root: int, cluster: int | None = None) -> list[int]:
+    """``root`` and all its descendants, and those of ``cluster`` (the process that started
+    the Ray instance an attached arm joins; it stands for ``ray start``, which exits, so it is
+    not itself counted)."""
+    kids = _children()
+    out, todo = [], [root, *(kids.get(cluster, []) if cluster is not None else [])]
     while todo:
         pid = todo.pop()
         out.append(pid)
@@ -203,11 +217,11 @@ def _tree(root: int) -> list[int]:
     return out
 
 
-def tree_memory(root: int) -> dict[int, tuple[str, str, int, int]]:
+def tree_memory(root: int, cluster: int | None = None) -> dict[int, tuple[str, str, int, int]]:
     """``pid -> (role, short name, PSS bytes, anonymous bytes)`` for ``root`` and all its
-    descendants (``/proc/<pid>/smaps_rollup``)."""
+    descendants (``/proc/<pid>/smaps_rollup``), and those of ``cluster``."""
     out = {}
-    for pid in _tree(root):
+    for pid in _tree(root, cluster):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
             fields = {}
@@ -225,13 +239,16 @@ def tree_memory(root: int) -> dict[int, tuple[str, str, int, int]]:
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def tree_cpu(root: int) -> dict[int, tuple[str, float, float, int, float]]:
+def tree_cpu(
+    root: int, cluster: int | None = None
+) -> dict[int, tuple[str, float, float, int, float]]:
     """``pid -> (role, user s, kernel s, minor faults, reaped children's s)`` for ``root`` and
-    its descendants; role: driver (``root``), worker, server or ray. The last is the CPU of
-    the process's children that have exited and been waited for (``cutime + cstime``): a
-    short-lived process (Ray's data-loading task, a helper) leaves the tree but not the sum."""
+    its descendants (and those of ``cluster``); role: driver (``root``), worker, server or ray.
+    The last is the CPU of the process's children that have exited and been waited for
+    (``cutime + cstime``): a short-lived process (Ray's data-loading task, a helper) leaves the
+    tree but not the sum."""
     out = {}
-    for pid in _tree(root):
+    for pid in _tree(root, cluster):
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -267,23 +284,33 @@ def cpu_window(samples: list, start: float, end: float) -> dict:
             "span": span}  # fmt: skip
 
 
-def startup_cpu(samples: list, start1: float) -> dict[str, float]:
-    """CPU seconds the tree spent from launch to the start of round 1, by role (a process's
-    reaped children counted with it), from the last sample before ``start1``: every process
-    of the tree started after the launch, so its counters are all start-up work. On ``n``
-    cores start-up cannot take less wall time than this total ÷ ``n``."""
-    before = [x for x in samples if x[0] <= start1]
-    if not before:
-        return {}
+def startup_cpu(samples: list, start1: float, base: dict | None = None) -> dict[str, float]:
+    """CPU seconds the tree spent from launch to the start of round 1, by role: each process
+    as last sampled before ``start1`` (with its reaped children's time), less what it had
+    spent by the launch (``base``, a :func:`tree_cpu` taken then: an attached arm's Ray
+    processes were running before it; every other process started after it). A process that
+    exited before round 1 counts as last seen: Ray's raylet ignores SIGCHLD, so the kernel
+    adds the time of a worker that exits (the data-loading task's) to no parent, and only
+    the samples saw it (up to a sampling interval of its end is missed). On ``n`` cores
+    start-up cannot take less wall time than this total ÷ ``n``."""
+    last: dict[int, tuple[str, float]] = {}
+    for _, procs in (x for x in samples if x[0] <= start1):
+        for pid, (role, user, sys_, _, reaped) in procs.items():
+            spent = user + sys_ + reaped
+            if base and pid in base:
+                spent -= sum(base[pid][1:3]) + base[pid][4]
+            last[pid] = (role, spent)
     out: dict[str, float] = {}
-    for role, user, sys_, _, reaped in before[-1][1].values():
-        out[role] = out.get(role, 0.0) + user + sys_ + reaped
+    for role, spent in last.values():
+        out[role] = out.get(role, 0.0) + spent
     return out
 
 
-def launch(cmd: list[str], env: dict[str, str]) -> dict:
+def launch(cmd: list[str], env: dict[str, str], cluster: int | None = None) -> dict:
     """Run one arm; returns its stamps plus launch-to-exit wall, peak tree PSS and where the
-    CPU went in rounds 2–5."""
+    CPU went in rounds 2–5. ``cluster``: the pid of the process that started the Ray
+    instance the arm joins (its descendants are measured with the arm's tree)."""
+    base = tree_cpu(cluster) if cluster else None
     t_launch = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env=env, cwd=ROOT)  # fmt: skip
@@ -300,11 +327,11 @@ def launch(cmd: list[str], env: dict[str, str]) -> dict:
         with contextlib.suppress(OSError, AttributeError):
             os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         while proc.poll() is None:
-            mem = tree_memory(proc.pid)
+            mem = tree_memory(proc.pid, cluster)
             total = sum(pss for _, _, pss, _ in mem.values())
             if total > peaks[0]:
                 peaks[:] = [total, mem]
-            samples.append((time.time(), tree_cpu(proc.pid)))
+            samples.append((time.time(), tree_cpu(proc.pid, cluster)))
             time.sleep(0.5)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -328,7 +355,7 @@ def launch(cmd: list[str], env: dict[str, str]) -> dict:
         "wall": wall,
         "pss": peak,
         "cpu": cpu_window(samples, ends[0], ends[4]),
-        "startup_cpu": startup_cpu(samples, stamps["start1"]),
+        "startup_cpu": startup_cpu(samples, stamps["start1"], base),
         "at_peak": at_peak,
     }
 
@@ -381,6 +408,57 @@ def memory_line(arm: str, at_peak: dict) -> str:
             f"{sum(x[2] for x in at_peak.values()) / 1e9:.2f} |")  # fmt: skip
 
 
+@contextlib.contextmanager
+def ray_cluster(env: dict[str, str]):
+    """A running Ray instance for the ``ray-attached`` arm, as a cluster's head node is:
+    ``ray start --head --block`` on a free port of 127.0.0.1, in a temporary folder of its own,
+    without the dashboard (as the local arms start Ray). Yields (the ``ray start`` process's
+    pid, the arm's environment: the address, and the token the arm must present). It is
+    first left idle until its processes have settled (under 0.1 of a core over a second, at
+    most 30 s), as a cluster a job is submitted to has; ``ray start`` is stopped by SIGTERM,
+    which ends every process it started."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    temp = tempfile.mkdtemp(prefix="overhead-cluster-")
+    # Ray's single-machine mode names the node 127.0.0.1 and binds its servers there; an arm
+    # joining it must be in the same mode to find its raylet
+    local = dict(env, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
+    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
+           "--port", str(port), "--node-ip-address", "127.0.0.1", "--include-dashboard",
+           "false", "--temp-dir", temp, "--disable-usage-stats"]  # fmt: skip
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=local, cwd=ROOT)  # fmt: skip
+    try:
+        said: list[str] = []
+        deadline = time.time() + 90
+        for line in proc.stdout:  # type: ignore[union-attr]
+            said.append(line)
+            if "Ray runtime started" in line:
+                break
+            if time.time() > deadline:
+                break
+        if proc.poll() is not None or not any("Ray runtime started" in x for x in said):
+            raise SystemExit("ray start --head failed:\n" + "".join(said[-15:]))
+        threading.Thread(target=lambda: proc.stdout.read(), daemon=True).start()  # type: ignore[union-attr]
+        t_end, prev = time.time() + 30, None
+        while time.time() < t_end:
+            now = (time.time(), sum(u + k + r for _, u, k, _, r in tree_cpu(proc.pid).values()))
+            if prev and (now[1] - prev[1]) / (now[0] - prev[0]) < 0.1:
+                break
+            prev = now
+            time.sleep(1.0)
+        yield proc.pid, dict(local, RAY_ADDRESS=f"127.0.0.1:{port}", RAY_AUTH_MODE="token")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
 def arm_command(arm: str, args: argparse.Namespace, model: str) -> list[str] | None:
     common = ["--model", model, "--rounds", str(args.rounds), "--samples", str(args.samples)]
     if arm == "flower":
@@ -427,7 +505,11 @@ def main() -> None:
                 arm_env = (
                     dict(env, REUSE_RAY_MALLOC="default") if arm == "ray-malloc-default" else env
                 )
-                m = launch(arm_command(arm, args, model), arm_env)
+                if arm == "ray-attached":
+                    with ray_cluster(env) as (cluster, cluster_env):
+                        m = launch(arm_command(arm, args, model), cluster_env, cluster)
+                else:
+                    m = launch(arm_command(arm, args, model), arm_env)
                 runs[arm].append(m)
                 print(
                     f"  [{rep + 1}/{args.repeats}] {arm:8s} {m['round']:6.2f} s/round, "
