@@ -89,7 +89,9 @@ class WorkerSide:
 
     def load(self, setup_box: list) -> dict[str, str]:
         """Build the worker and warm it up (one throwaway step), so round 1 runs warm; returns
-        the kind of machine it computes on (:func:`~reuse_ray.machine.machine_kind`)."""
+        the kind of machine it computes on (:func:`~reuse_ray.machine.machine_kind`). A
+        worker built before (from another setup) is replaced."""
+        self.worker = None
         self._worker(setup_box).warm_up()
         return machine_kind(self.device)
 

@@ -168,6 +168,7 @@ class RayBackend:
         self.machine_note: str | None = None
         self._val_size: int | None = None  # the validation split's length (None: no split)
         self._built: tuple | None = None  # (setup ref, training split ref) once built
+        self._loading: list | None = None  # the actors' load calls, issued once built
 
     def prepare(self) -> None:
         """Connect to Ray and start the actors before the run's inputs exist: their processes
@@ -259,6 +260,7 @@ class RayBackend:
 
             setup = make_setup(cfg, data, parts)[0]
             self._built = self._put_setup(setup)
+            self._begin_loading()
             return RunFacts.of(setup)
         self._note_sizes(parts, data.val)
         train_ref = self._train_ref(data.train)
@@ -266,7 +268,20 @@ class RayBackend:
             cfg, data.info, train_ref, data.val, list(parts)
         )
         self._built = (setup_ref, train_ref)
-        return _get_unwrapped([facts_ref])[0]
+        facts = _get_unwrapped([facts_ref])[0]
+        self._begin_loading()  # only once the setup exists: a failed build leaves no calls
+        return facts
+
+    def _begin_loading(self) -> None:
+        """Every actor starts building from the setup and warming up now; :meth:`start` waits
+        for them, so the driver's first writes (the clients table, the run row) overlap the
+        workers' warm-up instead of preceding it."""
+        # held for the run, so restarted actors can rebuild; nested in a list so Ray passes
+        # the refs themselves on every call
+        self._setup_box = list(self._built)
+        self._loading = [w.load.remote(self._setup_box) for w in self.workers] + [
+            self.server.load_server.remote(self._setup_box[0])
+        ]
 
     def start(self, setup: RunSetup | None = None) -> None:
         """Every actor builds from the setup (default: the one :meth:`build` made; a setup
@@ -275,14 +290,12 @@ class RayBackend:
         self.prepare()
         if setup is not None:
             self._built = self._put_setup(setup)
+            self._loading = None
         if self._built is None:
             raise RuntimeError("RayBackend.start() needs a setup, or build() first")
-        # held for the run, so restarted actors can rebuild; nested in a list so Ray passes
-        # the refs themselves on every call
-        self._setup_box = list(self._built)
-        setup_ref = self._setup_box[0]
-        got = ray.get([w.load.remote(self._setup_box) for w in self.workers]
-                      + [self.server.load_server.remote(setup_ref)])  # fmt: skip
+        if self._loading is None:
+            self._begin_loading()
+        got, self._loading = ray.get(self._loading), None
         self.machine_kinds = got[: len(self.workers)]
         self.machine_note = mixed_kinds_note(self.machine_kinds)
         self.restarts = 0
@@ -481,7 +494,7 @@ class RayBackend:
         self.workers, self.server, self._setup_box = [], None, []
         self._side = []
         self._loaded = (None, None)
-        self._built = None
+        self._built, self._loading = None, None
         self._snap_ref = None
 
 

@@ -4,15 +4,17 @@ clear errors for missing or corrupt files. ``analysis`` reads through it too."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
-import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import UserError
 from .schema import SCHEMAS
 from .storage import Storage
+
+if TYPE_CHECKING:  # a run's driver writes results and never reads them: no pandas there
+    import pandas as pd
 
 
 class ResultsError(UserError):
@@ -53,6 +55,8 @@ def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
             raise ResultsError(f"corrupt Parquet file {path}: {err}") from None
     if not files:
         return None
+    import pyarrow.dataset as ds  # pandas comes with to_pandas
+
     dataset = ds.dataset(files, filesystem=fs, format="parquet",
                          partitioning=ds.partitioning(flavor="hive"),
                          partition_base_dir=base)  # fmt: skip

@@ -106,7 +106,9 @@ class RunWriter:
             return None
         try:
             with self.store.fs.open_input_file(self.store.path(rel)) as fh:
-                status = pq.read_table(fh, columns=["status"]).column("status").to_pylist()
+                # ParquetFile, not pq.read_table: that one loads pyarrow's dataset layer (and
+                # pandas with it) into a run's driver
+                status = pq.ParquetFile(fh).read(columns=["status"]).column("status").to_pylist()
         except Exception:  # noqa: BLE001 - an unreadable file is no finished result
             return None
         return status[0] if status else None

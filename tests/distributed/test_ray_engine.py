@@ -411,6 +411,21 @@ def test_client_worker_processes_import_no_analysis_stack():
     assert out.stdout.strip() == "[]"
 
 
+def test_a_run_driver_starts_its_actors_before_importing_pandas():
+    """What a Ray run's driver imports before it connects and starts its actors (the config,
+    the loop, the results writer, the Ray backend) holds no pandas, pyarrow's dataset layer
+    or torch: about 0.45 s less before the workers can start (pyarrow imports pandas later,
+    when the first rows are written, while the workers warm up)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, reuse_ray.config, reuse_ray.engine.loop, reuse_ray.results, "
+            "reuse_ray.distributed.backend; print(sorted(m for m in "
+            "('pandas', 'pyarrow.dataset', 'torch') if m in sys.modules))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
 def test_the_driver_reads_the_dataset_the_loader_task_put_in_the_store(tmp_path, monkeypatch):
     """The Ray engine loads the data in a task on the driver's node: the driver's arrays are
     zero-copy (read-only) views of the object store, equal to a local load, from the driver's
