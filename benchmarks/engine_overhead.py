@@ -245,8 +245,8 @@ def tree_cpu(
     """``pid -> (role, user s, kernel s, minor faults, reaped children's s)`` for ``root`` and
     its descendants (and those of ``cluster``); role: driver (``root``), worker, server or ray.
     The last is the CPU of the process's children that have exited and been waited for
-    (``cutime + cstime``): a short-lived process (Ray's data-loading task, a helper) leaves the
-    tree but not the sum."""
+    (``cutime + cstime``): a helper its parent reaped leaves the tree but not the sum (a Ray
+    worker that exits is reaped by no one: see :func:`startup_cpu`)."""
     out = {}
     for pid in _tree(root, cluster):
         try:
@@ -412,7 +412,8 @@ def memory_line(arm: str, at_peak: dict) -> str:
 def ray_cluster(env: dict[str, str]):
     """A running Ray instance for the ``ray-attached`` arm, as a cluster's head node is:
     ``ray start --head --block`` on a free port of 127.0.0.1, in a temporary folder of its own,
-    without the dashboard (as the local arms start Ray). Yields (the ``ray start`` process's
+    without the dashboard (as the local arms start Ray), once it says it started (or exits:
+    then its output is the error). Yields (the ``ray start`` process's
     pid, the arm's environment: the address, and the token the arm must present). It is
     first left idle until its processes have settled (under 0.1 of a core over a second, at
     most 30 s), as a cluster a job is submitted to has; ``ray start`` is stopped by SIGTERM,
@@ -431,12 +432,9 @@ def ray_cluster(env: dict[str, str]):
                             env=local, cwd=ROOT)  # fmt: skip
     try:
         said: list[str] = []
-        deadline = time.time() + 90
         for line in proc.stdout:  # type: ignore[union-attr]
             said.append(line)
             if "Ray runtime started" in line:
-                break
-            if time.time() > deadline:
                 break
         if proc.poll() is not None or not any("Ray runtime started" in x for x in said):
             raise SystemExit("ray start --head failed:\n" + "".join(said[-15:]))

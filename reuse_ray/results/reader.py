@@ -13,7 +13,7 @@ from ..errors import UserError
 from .schema import SCHEMAS
 from .storage import Storage
 
-if TYPE_CHECKING:  # a run's driver writes results and never reads them: no pandas there
+if TYPE_CHECKING:  # pandas comes when a table is read, not with this module (a run's driver)
     import pandas as pd
 
 
