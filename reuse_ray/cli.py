@@ -157,6 +157,11 @@ def _newest_sweep(location: str) -> str:
 def cmd_fetch(args: argparse.Namespace) -> int:
     from .data import fetch
 
+    if args.dataset in ("digits", "synthetic"):
+        what = ("embedded (scikit-learn's digits)" if args.dataset == "digits"
+                else "generated from the run's seed")  # fmt: skip
+        _print(f"{args.dataset} is {what}: there is nothing to fetch")
+        return 0
     root = fetch(args.dataset, args.root, args.image_size)
     _print(f"{args.dataset} is in {root}")
     return 0

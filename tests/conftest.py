@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
 import os
 import pickle
@@ -12,6 +13,7 @@ import numpy as np
 import pytest
 
 from reuse_ray.config import RunConfig, from_dict
+from reuse_ray.data import idx
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -181,11 +183,30 @@ def small_config(tmp_path: Path, **overrides) -> RunConfig:
     return from_dict(RunConfig, base)
 
 
+SYSTEM_DATA = {k: v.system_dirs for k, v in idx.IDX_DATASETS.items()}  # as the package ships
+
+
 @pytest.fixture(autouse=True)
 def _no_data_env(monkeypatch, tmp_path):
-    """Keep tests away from any real data root of the machine."""
+    """Keep tests away from any real data root of the machine, and from the system copies a
+    package installed (the real-data tests ask for those with ``system_data``)."""
     monkeypatch.setenv("REUSE_RAY_DATA", str(tmp_path / "no-data-here"))
     os.environ.pop("RAY_ADDRESS", None)
+    no_system_copies(monkeypatch)
+
+
+def no_system_copies(monkeypatch) -> None:
+    """The IDX datasets without their system folders (/usr/share/datasets/...)."""
+    for name, spec in idx.IDX_DATASETS.items():
+        monkeypatch.setitem(idx.IDX_DATASETS, name, dataclasses.replace(spec, system_dirs=()))
+
+
+@pytest.fixture
+def system_data(monkeypatch):
+    """The IDX datasets' system folders as the package ships them."""
+    for name, dirs in SYSTEM_DATA.items():
+        spec = idx.IDX_DATASETS[name]
+        monkeypatch.setitem(idx.IDX_DATASETS, name, dataclasses.replace(spec, system_dirs=dirs))
 
 
 def method_env(layout, num_clients: int = 2, probs=None, topk_ratio: float = 1.0,

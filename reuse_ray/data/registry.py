@@ -20,6 +20,7 @@ import numpy as np
 
 from ..errors import UserError
 from ..rng import Purpose, generator
+from . import idx
 
 DOWNLOAD_HINT = (
     "run `reuse-ray fetch {name} --root {root}` on a machine with internet access and copy the "
@@ -71,6 +72,7 @@ class FederatedData:
     _load_test: Callable[[], ArraySplit] = field(repr=False)
     _test_forbidden: bool = False
     test_reads: int = 0
+    source: str | None = None  # the folder the files were read from (files on disk only)
 
     def forbid_test(self) -> None:
         """Make any later :meth:`test` call raise: used by the validation-only search stage."""
@@ -254,6 +256,38 @@ _TV_INFO = {
 }
 
 
+def _idx_folder(name: str, root: Path, download: bool) -> Path:
+    """The folder holding ``name``'s four IDX files: found where they are (see
+    :mod:`reuse_ray.data.idx`), else downloaded by torchvision when downloads are allowed."""
+    spec = idx.IDX_DATASETS[name]
+    folder = idx.locate(spec, root)
+    if folder is None and download:
+        _tv_arrays(name, root, True, True)  # torchvision's download, into ROOT/<Class>/raw
+        _tv_arrays(name, root, False, True)
+        folder = idx.locate(spec, root)
+    if folder is None:
+        where = f"data root {str(root)!r}" + "".join(
+            f" nor in {d}" for d in spec.system_dirs)  # fmt: skip
+        raise DatasetUnavailableError(
+            f"dataset {name!r} is not available under {where}; {idx.where_to_get(spec, root)}; "
+            f"or " + DOWNLOAD_HINT.format(name=name, root=root)
+        )
+    return folder
+
+
+def _idx(cfg) -> FederatedData:
+    """MNIST, Fashion-MNIST and EMNIST from their IDX files, read directly (no torchvision)."""
+    folder = _idx_folder(cfg.name, default_root(cfg.root), cfg.download)
+    spec = idx.IDX_DATASETS[cfg.name]
+    x, y = idx.read_split(spec, folder, "train")
+    train, val = _carve_val(x, y, cfg.val_fraction, cfg.split_seed)
+
+    def test() -> ArraySplit:
+        return ArraySplit(*idx.read_split(spec, folder, "test"))
+
+    return FederatedData(_TV_INFO[cfg.name], train, val, test, source=str(folder))
+
+
 def _torchvision(cfg) -> FederatedData:
     root = default_root(cfg.root)
     full = _tv_arrays(cfg.name, root, train=True, download=cfg.download)
@@ -307,9 +341,9 @@ def _pathmnist(cfg) -> FederatedData:
 LOADERS: dict[str, Callable] = {
     "digits": _digits,
     "synthetic": _synthetic,
-    "mnist": _torchvision,
-    "fashionmnist": _torchvision,
-    "emnist_balanced": _torchvision,
+    "mnist": _idx,
+    "fashionmnist": _idx,
+    "emnist_balanced": _idx,
     "cifar10": _torchvision,
     "cifar100": _torchvision,
     "pathmnist": _pathmnist,
@@ -341,8 +375,20 @@ FETCHABLE = ("mnist", "fashionmnist", "emnist_balanced", "cifar10", "cifar100", 
 MEDMNIST_SIZES = (28, 64, 128, 224)
 
 
+def _check_folder(root: Path) -> None:
+    """Refuse a data root that cannot be a folder: a path through a file."""
+    for parent in (root, *root.parents):
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"fetch --root: {str(root)!r} cannot be a folder — "
+                                f"{str(parent)!r} is a file; give a folder")  # fmt: skip
+            return
+
+
 def fetch(name: str, root: str | None, image_size: int = 28) -> Path:
-    """Download a dataset's train and test files into the data root (needs internet)."""
+    """Download a dataset's files into the data root (needs internet) and return the folder that
+    holds them; a dataset already on this machine (the data root, or for Fashion-MNIST Debian's
+    ``dataset-fashion-mnist``) is only located."""
     if name in ("digits", "synthetic"):
         return default_root(root)  # embedded or generated: nothing to download
     if name not in FETCHABLE:
@@ -351,11 +397,24 @@ def fetch(name: str, root: str | None, image_size: int = 28) -> Path:
         raise UserError(f"fetch --image-size: {image_size} — allowed: "
                         + ", ".join(map(str, MEDMNIST_SIZES)))  # fmt: skip
     r = default_root(root)
+    if name in idx.IDX_DATASETS:
+        spec = idx.IDX_DATASETS[name]
+        found = idx.locate(spec, r)
+        if found is not None:  # already here (the data root, or a system package's copy)
+            return found
+    _check_folder(r)
     try:
         r.mkdir(parents=True, exist_ok=True)
     except OSError as err:
         raise UserError(f"fetch --root: cannot create {str(r)!r} ({err.strerror or err}) — "
                         "give a writable folder") from None  # fmt: skip
+    if name in idx.IDX_DATASETS:
+        try:
+            return _idx_folder(name, r, download=True)
+        except DatasetUnavailableError as err:
+            raise DatasetUnavailableError(
+                f"{err} — without internet: {idx.where_to_get(idx.IDX_DATASETS[name], r)}"
+            ) from None
     if name in _TV_INFO:
         _tv_arrays(name, r, True, True)
         _tv_arrays(name, r, False, True)

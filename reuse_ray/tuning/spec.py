@@ -29,7 +29,9 @@ A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these bloc
     final:                           # optional: the test-split stage
       seeds: [1001, 1002]            # fresh seeds, never used by the search
       top: 1                         # how many selected configurations
-      compare: [{method.name: fedavg}]   # reference configs run on the same seeds (paired)
+      compare: [{method.name: fedavg}]   # reference configs run on the same seeds (paired);
+                                     # an entry's own keys: label (its name in the runs
+                                     # table) and seeds (a subset of final.seeds)
     results_dir: sweeps/quickstart   # relative: below the results root ($REUSE_RAY_RESULTS,
                                      # else ~/reuse_ray_results), a fresh dated folder per
                                      # sweep; absolute or a URI (s3://…): that exact folder
@@ -37,6 +39,7 @@ A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these bloc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -298,7 +301,8 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
             _seed("final.seeds", v)
         if not isinstance(compare, list | tuple) or not all(isinstance(c, dict) for c in compare):
             raise ConfigError("final.compare", "expected a list of mappings of run-config fields")
-        final = FinalSpec(tuple(seeds), f.get("top", 1), tuple(compare))
+        compare = tuple(_compare_entry(j, c, seeds) for j, c in enumerate(compare))
+        final = FinalSpec(tuple(seeds), f.get("top", 1), compare)
         _positive("final.top", final.top, integer=True)
     results_dir = raw.get("results_dir") or f"sweeps/{name}"
     if not isinstance(results_dir, str):
@@ -321,6 +325,29 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
                 f"{reused} were used by the search; allowed: seeds the search never used",
             )
     return spec
+
+
+def _compare_entry(j: int, entry: dict[str, Any], seeds) -> dict[str, Any]:
+    """A ``final.compare`` entry: run-config fields, plus two optional keys of its own —
+    ``label`` (its name in the runs table; default ``compare-J``) and ``seeds`` (a subset of
+    ``final.seeds`` it runs on, for controls that need fewer seeds than the arms)."""
+    where = f"final.compare[{j}]"
+    label = entry.get("label", f"compare-{j}")
+    if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", label):
+        raise ConfigError(f"{where}.label", f"{label!r}; allowed: a name of letters, digits "
+                          "and _.+- (at most 64)")  # fmt: skip
+    only = entry.get("seeds")
+    if only is not None:
+        if not isinstance(only, list | tuple) or not only:
+            raise ConfigError(f"{where}.seeds", f"{only!r}; allowed: a non-empty list of "
+                              f"final.seeds {list(seeds)}")  # fmt: skip
+        extra = [v for v in only if v not in seeds]
+        if extra:
+            raise ConfigError(f"{where}.seeds", f"{extra} are not in final.seeds "
+                              f"{list(seeds)}; allowed: a subset of them")  # fmt: skip
+        only = [int(v) for v in only]
+    fields = {k: v for k, v in entry.items() if k not in ("label", "seeds")}
+    return dict(fields, label=label, **({"seeds": only} if only is not None else {}))
 
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:

@@ -419,8 +419,10 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
         for seed in spec.final.seeds:
             for j, params in enumerate(selected):
                 points.append(dict(params, seed=seed, label=f"selected-{j}"))
-            for j, ref in enumerate(spec.final.compare):
-                points.append(dict(ref, seed=seed, label=f"compare-{j}"))
+            for ref in spec.final.compare:
+                fields = {k: v for k, v in ref.items() if k != "seeds"}
+                if seed in ref.get("seeds", spec.final.seeds):
+                    points.append(dict(fields, seed=seed))
         from ray import tune
 
         say(f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
