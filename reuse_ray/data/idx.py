@@ -151,7 +151,8 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
             f"{path}: the header says {shape} ({need} values) but the file "
             f"holds {have} — truncated or not the original file"
         )
-    return np.frombuffer(data, dtype=np.uint8, count=need, offset=header).reshape(shape)
+    # a copy: frombuffer's view of the bytes is read-only, and torch warns on such arrays
+    return np.frombuffer(data, dtype=np.uint8, count=need, offset=header).reshape(shape).copy()
 
 
 def read_split(spec: IdxDataset, folder: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
