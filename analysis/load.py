@@ -54,8 +54,11 @@ def load(locations: str | Path | list[str | Path], include_unfinished: bool = Fa
         excluded = len(bad)
         if excluded:
             counts = bad["status"].value_counts().to_dict()
-            warnings.warn(f"excluded {excluded} unfinished runs {counts}; pass "
-                          "include_unfinished=True to keep them", stacklevel=2)  # fmt: skip
+            warnings.warn(
+                f"excluded {excluded} unfinished runs {counts}; pass "
+                "include_unfinished=True to keep them",
+                stacklevel=2,
+            )
         keep = set(runs.loc[runs["status"] == "finished", "run_id"])
         runs = runs[runs["run_id"].isin(keep)]
         for t in ("rounds", "client_events"):
@@ -96,8 +99,11 @@ def _arm(runs: pd.DataFrame) -> pd.Series:
         # labels are arm names and stand alone
         generic = label.str.match(r"^(selected|compare)-\d+$")
         arm = arm.where(runs["label"].isna(), label.where(~generic, arm + " [" + label + "]"))
-    cfg_cols = [c for c in runs.columns if c.startswith("cfg.") and c not in IGNORED_CFG
-                and not c.startswith("cfg.engine.")]  # fmt: skip
+    cfg_cols = [
+        c
+        for c in runs.columns
+        if c.startswith("cfg.") and c not in IGNORED_CFG and not c.startswith("cfg.engine.")
+    ]
     out = arm.copy()
     # runs of one arm on another dataset or in another stage are told apart by those columns
     keys = [arm] + [runs[c].astype(str) for c in ("dataset", "stage") if c in runs]
@@ -106,7 +112,10 @@ def _arm(runs: pd.DataFrame) -> pd.Series:
         varying = [c for c in cfg_cols if g[c].nunique() > 1]
         if varying:
             suffix = runs.loc[idx, varying].apply(
-                lambda r: ", ".join(f"{c[4:].removeprefix('method.')}={_short(v)}"
-                                    for c, v in r.items()), axis=1)  # fmt: skip
+                lambda r: ", ".join(
+                    f"{c[4:].removeprefix('method.')}={_short(v)}" for c, v in r.items()
+                ),
+                axis=1,
+            )
             out.loc[idx] = arm.loc[idx] + " (" + suffix + ")"
     return out

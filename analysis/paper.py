@@ -7,8 +7,8 @@ test-accuracy difference against Top-K FedAvg, and what the paper reports; then 
 diagnostics (how often the proxy gate fired, how many updates were reused, how many clients the
 age cap forced fresh). The README's Fashion-MNIST table is this command's output.
 
-The paper's figures are the ranges it reports over its six tasks (docs/methods.md, "What the
-paper reports"); it gives no per-task cells, so a single task's run is compared with a range.
+The paper's figures are the ranges it reports over its six tasks (methods: What the
+paper reports); it gives no per-task cells, so a single task's run is compared with a range.
 """
 
 from __future__ import annotations

@@ -67,8 +67,13 @@ def pareto_arms(points: pd.DataFrame, out: Path) -> Path | None:
         p = points[points["dataset"] == name]
         ax.scatter(p["total_MB"], p["acc"], c="0.5", s=22)
         for _, r in p.iterrows():
-            ax.annotate(str(r["arm"])[:24], (r["total_MB"], r["acc"]), fontsize=7,
-                        xytext=(3, 3), textcoords="offset points")  # fmt: skip
+            ax.annotate(
+                str(r["arm"])[:24],
+                (r["total_MB"], r["acc"]),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
         f = p[p["on_front"]].sort_values("total_MB")
         ax.plot(f["total_MB"], f["acc"], "o-", c="C3", label="Pareto front")
         ax.set_xscale("log")
@@ -124,8 +129,15 @@ def _legend(ax) -> None:
     handles, labels = ax.get_legend_handles_labels()
     if handles:
         labels = [lb if len(lb) <= 70 else lb[:67] + "..." for lb in labels]
-        ax.legend(handles, labels, fontsize=7, loc="upper center",
-                  bbox_to_anchor=(0.5, -0.18), ncol=1, frameon=False)  # fmt: skip
+        ax.legend(
+            handles,
+            labels,
+            fontsize=7,
+            loc="upper center",
+            bbox_to_anchor=(0.5, -0.18),
+            ncol=1,
+            frameon=False,
+        )
 
 
 def _save(fig, path: Path) -> Path:

@@ -16,9 +16,12 @@ from .load import AnalysisError, Results, load
 
 
 def write_report(
-    locations, out: str | Path | None = None, T: int | None = None,
-    reference: str | None = None, target: float | None = None,
-) -> Path | str:  # fmt: skip
+    locations,
+    out: str | Path | None = None,
+    T: int | None = None,
+    reference: str | None = None,
+    target: float | None = None,
+) -> Path | str:
     """Write ``report.md`` and ``report.html`` with PNGs into ``out`` (default: the first
     location's ``report/``; a local folder or a URI); returns the .md path (a URI when remote).
 
@@ -49,34 +52,51 @@ def write_report(
     try:
         local.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise AnalysisError(f"--out: cannot create {str(local)!r} ({err.strerror or err}) — "
-                            "give a writable folder") from None  # fmt: skip
+        raise AnalysisError(
+            f"--out: cannot create {str(local)!r} ({err.strerror or err}) — give a writable folder"
+        ) from None
     return _write(res_all, res, T, reference, target, locations, local)
 
 
-def _write(res_all: Results, res: Results, T: int | dict[str, int], reference: str | None,
-           target: float | None, locations: list, out: Path) -> Path:  # fmt: skip
+def _write(
+    res_all: Results,
+    res: Results,
+    T: int | dict[str, int],
+    reference: str | None,
+    target: float | None,
+    locations: list,
+    out: Path,
+) -> Path:
     which = "final stage" if _has_final(res_all) else "all stages"
-    md = [f"# reuse_ray report\n\nSources: {', '.join(str(x) for x in locations)}\n",
-          f"Runs compared: {len(res.runs)} finished ({which}); excluded unfinished runs: "
-          f"{res_all.excluded}. Fixed budget T = round "
-          f"{tables.describe_rounds(T)}.\n"]  # fmt: skip
+    md = [
+        f"# reuse_ray report\n\nSources: {', '.join(str(x) for x in locations)}\n",
+        f"Runs compared: {len(res.runs)} finished ({which}); excluded unfinished runs: "
+        f"{res_all.excluded}. Fixed budget T = round "
+        f"{tables.describe_rounds(T)}.\n",
+    ]
     fb = tables.fixed_budget(res, T, reference)
-    md += [f"## Fixed-budget comparison at round {tables.describe_rounds(T)}\n",
-           f"Mean ± SD over seeds; Δ are paired differences against "
-           f"`{fb.attrs['reference']}` (same seed, same partitions and schedules) with bootstrap "
-           "95 % CIs (shown from 5 pairs on). Test accuracy is read once, at the final "
-           "round.\n", *_fixed_budget_md(fb)]  # fmt: skip
+    md += [
+        f"## Fixed-budget comparison at round {tables.describe_rounds(T)}\n",
+        f"Mean ± SD over seeds; Δ are paired differences against "
+        f"`{fb.attrs['reference']}` (same seed, same partitions and schedules) with bootstrap "
+        "95 % CIs (shown from 5 pairs on). Test accuracy is read once, at the final "
+        "round.\n",
+        *_fixed_budget_md(fb),
+    ]
     study = read_metadata(str(locations[0]))
-    references = tuple(r for r in (study or {}).get("compare_to", ())
-                       if r in set(res.runs["arm"]))  # fmt: skip
-    md += ["## Leaderboard\n", *([study_header(study, res_all)] if study else []),
-           LEADERBOARD_TEXT.format(T=tables.describe_rounds(T)),
-           tables.markdown(tables.leaderboard(res, T, references))]  # fmt: skip
-    md += ["## Dense-downlink sensitivity and measured bytes\n",
-           "Restricted uplink saving, its sensitivity with one dense download per selected client "
-           "(the seed's Table 7), and the measured bidirectional ledger.\n",
-           tables.markdown(tables.downlink_table(res, T))]  # fmt: skip
+    references = tuple(r for r in (study or {}).get("compare_to", ()) if r in set(res.runs["arm"]))
+    md += [
+        "## Leaderboard\n",
+        *([study_header(study, res_all)] if study else []),
+        LEADERBOARD_TEXT.format(T=tables.describe_rounds(T)),
+        tables.markdown(tables.leaderboard(res, T, references)),
+    ]
+    md += [
+        "## Dense-downlink sensitivity and measured bytes\n",
+        "Restricted uplink saving, its sensitivity with one dense download per selected client "
+        "(the seed's Table 7), and the measured bidirectional ledger.\n",
+        tables.markdown(tables.downlink_table(res, T)),
+    ]
     try:
         md += ["## Reuse × Top-K factorial\n", tables.markdown(tables.factorial(res, T=T))]
     except ValueError:
@@ -87,26 +107,33 @@ def _write(res_all: Results, res: Results, T: int | dict[str, int], reference: s
         what = (
             goal if not isinstance(goal, dict) else ", ".join(f"{k} {v}" for k, v in goal.items())
         )
-        md += [f"## Bytes to validation accuracy {what}\n",
-               "Rounds and bytes until a run's validation accuracy first reaches the target "
-               "(fixed before the runs); `censored` counts runs that never reached it "
-               "(medians over the runs that did).\n",
-               tables.markdown(tables.bytes_to_target_summary(btt))]  # fmt: skip
+        md += [
+            f"## Bytes to validation accuracy {what}\n",
+            "Rounds and bytes until a run's validation accuracy first reaches the target "
+            "(fixed before the runs); `censored` counts runs that never reached it "
+            "(medians over the runs that did).\n",
+            tables.markdown(tables.bytes_to_target_summary(btt)),
+        ]
     gd = tables.gate_diagnostics(res_all)
     for stage, sub in _stages(res_all):  # search and final runs are never mixed in one table
         sgd = tables.gate_diagnostics(sub)
         if not len(sgd):
             continue
-        md += [f"## DG-FedReuse gate diagnostics ({stage} runs)\n",
-               "Firing rate = share of gated events (cacheful, below the age cap) with D ≥ τ_t.\n",
-               tables.markdown(sgd)]  # fmt: skip
+        md += [
+            f"## DG-FedReuse gate diagnostics ({stage} runs)\n",
+            "Firing rate = share of gated events (cacheful, below the age cap) with D ≥ τ_t.\n",
+            tables.markdown(sgd),
+        ]
         gc = tables.gate_controls(sub)
         if len(gc) and gc["gate"].nunique() > 1:  # only when the runs hold a control
-            md += [f"### The gate against its controls ({stage} runs)\n",
-                   "Firing rate here = share of cacheful clients below the age cap that the gate "
-                   "(or its random or disabled control) sent fresh without quota promotion; "
-                   "`rate_gap_vs_proxy` is a random control's probability minus the real "
-                   "gate's rate (0 = matched).\n", tables.markdown(gc)]  # fmt: skip
+            md += [
+                f"### The gate against its controls ({stage} runs)\n",
+                "Firing rate here = share of cacheful clients below the age cap that the gate "
+                "(or its random or disabled control) sent fresh without quota promotion; "
+                "`rate_gap_vs_proxy` is a random control's probability minus the real "
+                "gate's rate (0 = matched).\n",
+                tables.markdown(gc),
+            ]
     figs = plots.accuracy_curves(res, out)
     figs.append(plots.pareto_arms(tables.pareto_points(res, T), out))
     pf = plots.pareto_plot(res_all.trials, out) if len(res_all.trials) else None
@@ -118,9 +145,23 @@ def _write(res_all: Results, res: Results, T: int | dict[str, int], reference: s
             md.append(f"![{p.stem}]({p.name})\n")
     if len(res_all.trials):
         t = res_all.trials
-        md += ["## Search trials\n", tables.markdown(
-            t[["trial_id", "status", "val_acc", "cum_saving_restricted", "objective_value",
-               "on_pareto_front", "selected", "params_json"]])]  # fmt: skip
+        md += [
+            "## Search trials\n",
+            tables.markdown(
+                t[
+                    [
+                        "trial_id",
+                        "status",
+                        "val_acc",
+                        "cum_saving_restricted",
+                        "objective_value",
+                        "on_pareto_front",
+                        "selected",
+                        "params_json",
+                    ]
+                ]
+            ),
+        ]
     text = "\n".join(md)
     path = out / "report.md"
     path.write_text(text)
@@ -144,8 +185,11 @@ def study_header(study: dict, res: Results) -> str:
     per_arm = ""
     if len(trials) and "arm" in trials:
         counts = trials.groupby(["sweep", "arm"]).size()
-        per_arm = (f" (every arm: {counts.min()} trials)" if counts.min() == counts.max()
-                   else f" (trials per arm from {counts.min()} to {counts.max()})")  # fmt: skip
+        per_arm = (
+            f" (every arm: {counts.min()} trials)"
+            if counts.min() == counts.max()
+            else f" (trials per arm from {counts.min()} to {counts.max()})"
+        )
     return (
         f"Study `{study['name']}`"
         + (f" (scale `{study['scale']}`)" if study.get("scale") else "")
@@ -176,25 +220,47 @@ def _ci(mean, lo, hi) -> str:
 
 def _fixed_budget_md(fb: pd.DataFrame) -> list[str]:
     """The fixed-budget table as two narrow tables: levels (mean ± SD) and paired differences."""
-    levels = pd.DataFrame({
-        "dataset": fb["dataset"], "arm": fb["arm"], "seeds": fb["seeds"],
-        "val acc": [_pm(m, s) for m, s in zip(fb["val_acc_mean"], fb["val_acc_sd"], strict=True)],
-        "test acc": [_pm(m, s) for m, s in zip(fb["test_acc_mean"], fb["test_acc_sd"],
-                                               strict=True)],
-        "uplink saving": [_pm(m, s) for m, s in zip(fb["cum_saving_restricted_mean"],
-                                                    fb["cum_saving_restricted_sd"], strict=True)],
-    })  # fmt: skip
+    levels = pd.DataFrame(
+        {
+            "dataset": fb["dataset"],
+            "arm": fb["arm"],
+            "seeds": fb["seeds"],
+            "val acc": [
+                _pm(m, s) for m, s in zip(fb["val_acc_mean"], fb["val_acc_sd"], strict=True)
+            ],
+            "test acc": [
+                _pm(m, s) for m, s in zip(fb["test_acc_mean"], fb["test_acc_sd"], strict=True)
+            ],
+            "uplink saving": [
+                _pm(m, s)
+                for m, s in zip(
+                    fb["cum_saving_restricted_mean"], fb["cum_saving_restricted_sd"], strict=True
+                )
+            ],
+        }
+    )
     out = [tables.markdown(levels)]
     if "pairs" in fb:
         d = fb[fb["pairs"].notna()]
-        diffs = pd.DataFrame({
-            "dataset": d["dataset"], "arm": d["arm"], "pairs": d["pairs"],
-            **{f"Δ {name}": [_ci(*v) for v in zip(d[f"d_{col}"], d[f"d_{col}_lo"],
-                                                   d[f"d_{col}_hi"], strict=True)]
-               for name, col in (("val acc", "val_acc"), ("test acc", "test_acc"),
-                                 ("saving", "cum_saving_restricted"))},
-            "CI": d["ci"],
-        })  # fmt: skip
+        diffs = pd.DataFrame(
+            {
+                "dataset": d["dataset"],
+                "arm": d["arm"],
+                "pairs": d["pairs"],
+                **{
+                    f"Δ {name}": [
+                        _ci(*v)
+                        for v in zip(d[f"d_{col}"], d[f"d_{col}_lo"], d[f"d_{col}_hi"], strict=True)
+                    ]
+                    for name, col in (
+                        ("val acc", "val_acc"),
+                        ("test acc", "test_acc"),
+                        ("saving", "cum_saving_restricted"),
+                    )
+                },
+                "CI": d["ci"],
+            }
+        )
         out += [f"Paired differences against `{fb.attrs['reference']}`:\n", tables.markdown(diffs)]
     return out
 
@@ -203,10 +269,14 @@ def _runs_of(res: Results, stage: str) -> Results:
     """The results of one stage's runs only."""
     keep = set(res.runs.loc[res.runs["stage"] == stage, "run_id"])
     return Results(
-        res.runs[res.runs["run_id"].isin(keep)], res.rounds[res.rounds["run_id"].isin(keep)],
+        res.runs[res.runs["run_id"].isin(keep)],
+        res.rounds[res.rounds["run_id"].isin(keep)],
         res.client_events[res.client_events["run_id"].isin(keep)]
-        if len(res.client_events) else res.client_events, res.trials, res.excluded,
-    )  # fmt: skip
+        if len(res.client_events)
+        else res.client_events,
+        res.trials,
+        res.excluded,
+    )
 
 
 def _stages(res: Results):
@@ -293,7 +363,10 @@ def _html(md: str, base: Path | None = None) -> str:
             body.append(f"<p>{_inline(line)}</p>")
     if in_table:
         body.append("</table></div>")
-    return ("<!doctype html><html lang=en><meta charset=utf-8>"
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>reuse_ray report</title><style>{STYLE}</style><body>\n"
-            + "\n".join(body) + "\n</body></html>\n")  # fmt: skip
+    return (
+        "<!doctype html><html lang=en><meta charset=utf-8>"
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>reuse_ray report</title><style>{STYLE}</style><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )

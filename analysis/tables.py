@@ -53,9 +53,20 @@ def at_round(res: Results, T: int | dict[str, int]) -> pd.DataFrame:
         r = res.rounds[res.rounds["round"] == want].set_index("run_id")
     else:
         r = res.rounds[res.rounds["round"] == T].set_index("run_id")
-    out = r[["arm", "seed", "val_acc", "cum_saving_restricted", "cum_saving_bidirectional",
-             "cum_up_restricted", "cum_down_sensitivity", "cum_dense_reference",
-             "cum_up_measured", "cum_down_measured"]].copy()  # fmt: skip
+    out = r[
+        [
+            "arm",
+            "seed",
+            "val_acc",
+            "cum_saving_restricted",
+            "cum_saving_bidirectional",
+            "cum_up_restricted",
+            "cum_down_sensitivity",
+            "cum_dense_reference",
+            "cum_up_measured",
+            "cum_down_measured",
+        ]
+    ].copy()
     out["dataset"] = runs["dataset"].reindex(out.index)
     goal = out["dataset"].map(T) if isinstance(T, dict) else T
     test_ok = runs["test_round"].reindex(out.index) == goal
@@ -68,8 +79,12 @@ def _paired(df: pd.DataFrame, value: str, arm: str, reference: str, seed: int) -
     b = df[df["arm"] == reference].set_index(["dataset", "seed"])[value]
     d = (a - b).dropna()
     lo, hi = bootstrap_ci(d.to_numpy(), seed=seed)
-    return {"n_pairs": len(d), "mean": float(d.mean()) if len(d) else float("nan"),
-            "lo": lo, "hi": hi}  # fmt: skip
+    return {
+        "n_pairs": len(d),
+        "mean": float(d.mean()) if len(d) else float("nan"),
+        "lo": lo,
+        "hi": hi,
+    }
 
 
 def check_results(res: Results, where: str) -> None:
@@ -95,20 +110,23 @@ def check_round(res: Results, T: int | dict[str, int]) -> None:
         return  # the per-dataset default is by construction
     last = common_round(res)
     if isinstance(T, bool) or not isinstance(T, int) or not 1 <= T <= last:
-        raise AnalysisError(f"--round {T}: every run completed rounds 1..{last} — allowed: "
-                            f"1 to {last}")  # fmt: skip
+        raise AnalysisError(
+            f"--round {T}: every run completed rounds 1..{last} — allowed: 1 to {last}"
+        )
 
 
 def check_arm(res: Results, arm: str | None) -> None:
     """A reference arm must be one of the runs' arms; the error lists them."""
     arms = sorted(res.runs["arm"].unique())
     if arm is not None and arm not in arms:
-        raise AnalysisError(f"--reference {arm!r} is not an arm of these results — allowed: "
-                            + "; ".join(arms))  # fmt: skip
+        raise AnalysisError(
+            f"--reference {arm!r} is not an arm of these results — allowed: " + "; ".join(arms)
+        )
 
 
-def fixed_budget(res: Results, T: int | None = None, reference: str | None = None,
-                 seed: int = 0) -> pd.DataFrame:  # fmt: skip
+def fixed_budget(
+    res: Results, T: int | None = None, reference: str | None = None, seed: int = 0
+) -> pd.DataFrame:
     """Accuracy and savings at round T per (dataset, arm), with paired differences."""
     T = budget_rounds(res) if T is None else T
     check_round(res, T)
@@ -118,9 +136,12 @@ def fixed_budget(res: Results, T: int | None = None, reference: str | None = Non
     reference = reference or next((a for a in arms if a.startswith("fedavg")), arms[0])
     rows = []
     for (dataset, arm), g in df.groupby(["dataset", "arm"]):
-        row = {"dataset": dataset, "arm": arm,
-               "round": T.get(dataset) if isinstance(T, dict) else T,
-               "seeds": g["seed"].nunique()}  # fmt: skip
+        row = {
+            "dataset": dataset,
+            "arm": arm,
+            "round": T.get(dataset) if isinstance(T, dict) else T,
+            "seeds": g["seed"].nunique(),
+        }
         for col in ("val_acc", "test_acc", "cum_saving_restricted", "cum_saving_bidirectional"):
             row[f"{col}_mean"], row[f"{col}_sd"] = mean_sd(g[col])
         if arm != reference:
@@ -140,9 +161,12 @@ def fixed_budget(res: Results, T: int | None = None, reference: str | None = Non
         few = out["pairs"].notna() & (out["pairs"] < MIN_CI_PAIRS)
         ci_cols = [c for c in out.columns if c.endswith(("_lo", "_hi"))]
         out.loc[few, ci_cols] = float("nan")  # a bootstrap CI from so few pairs means nothing
-        out["ci"] = ["" if pd.isna(n) else (f"not meaningful ({n} pairs < {MIN_CI_PAIRS})"
-                                            if n < MIN_CI_PAIRS else "95 %")
-                     for n in out["pairs"]]  # fmt: skip
+        out["ci"] = [
+            ""
+            if pd.isna(n)
+            else (f"not meaningful ({n} pairs < {MIN_CI_PAIRS})" if n < MIN_CI_PAIRS else "95 %")
+            for n in out["pairs"]
+        ]
     out.attrs["reference"] = reference
     return out
 
@@ -154,14 +178,16 @@ def downlink_table(res: Results, T: int | None = None) -> pd.DataFrame:
     df["measured_total"] = df["cum_up_measured"] + df["cum_down_measured"]
     df["measured_vs_dense"] = df["measured_total"] / (2 * df["cum_dense_reference"])
     g = df.groupby(["dataset", "arm"])
-    return pd.DataFrame({
-        "round": describe_rounds(T),
-        "uplink_saving": g["cum_saving_restricted"].mean(),
-        "bidirectional_sensitivity_saving": g["cum_saving_bidirectional"].mean(),
-        "measured_up_MB": g["cum_up_measured"].mean() / 1e6,
-        "measured_down_MB": g["cum_down_measured"].mean() / 1e6,
-        "measured_saving_vs_dense_both_ways": 1 - g["measured_vs_dense"].mean(),
-    }).reset_index()  # fmt: skip
+    return pd.DataFrame(
+        {
+            "round": describe_rounds(T),
+            "uplink_saving": g["cum_saving_restricted"].mean(),
+            "bidirectional_sensitivity_saving": g["cum_saving_bidirectional"].mean(),
+            "measured_up_MB": g["cum_up_measured"].mean() / 1e6,
+            "measured_down_MB": g["cum_down_measured"].mean() / 1e6,
+            "measured_saving_vs_dense_both_ways": 1 - g["measured_vs_dense"].mean(),
+        }
+    ).reset_index()
 
 
 def _mean_fmt(values: pd.Series, scale: float, fmt: str) -> str:
@@ -170,8 +196,9 @@ def _mean_fmt(values: pd.Series, scale: float, fmt: str) -> str:
     return "" if not np.isfinite(v) else format(v / scale, fmt)
 
 
-def leaderboard(res: Results, T: int | None = None, references: tuple[str, ...] = (),
-                seed: int = 0) -> pd.DataFrame:  # fmt: skip
+def leaderboard(
+    res: Results, T: int | None = None, references: tuple[str, ...] = (), seed: int = 0
+) -> pd.DataFrame:
     """Per (dataset, arm) at round T, over seeds: validation and test accuracy (mean ± SD); the
     restricted ledger's uplink saving, uplink MB and dense-downlink MB; the measured MB up and
     down; server and client memory (MB) at the end; client steps per run; for each arm of
@@ -185,15 +212,17 @@ def leaderboard(res: Results, T: int | None = None, references: tuple[str, ...] 
     df = at_round(res, T)
     runs = res.runs.set_index("run_id")
     for col in ("server_memory_bytes", "client_memory_bytes", "client_steps"):
-        df[col] = (runs[col].reindex(df["run_id"]).to_numpy() if col in runs
-                   else float("nan"))  # fmt: skip
+        df[col] = runs[col].reindex(df["run_id"]).to_numpy() if col in runs else float("nan")
     rows = []
     for (dataset, arm), g in df.groupby(["dataset", "arm"]):
         row = {"dataset": dataset, "arm": arm, "seeds": g["seed"].nunique()}
         for col, name in (("val_acc", "val acc"), ("test_acc", "test acc")):
             m, s = mean_sd(g[col])
-            row[name] = "" if not np.isfinite(m) else (f"{m:.3f} ± {s:.3f}" if np.isfinite(s)
-                                                       else f"{m:.3f}")  # fmt: skip
+            row[name] = (
+                ""
+                if not np.isfinite(m)
+                else (f"{m:.3f} ± {s:.3f}" if np.isfinite(s) else f"{m:.3f}")
+            )
         row["uplink saving"] = f"{100 * g['cum_saving_restricted'].mean():.2f} %"
         row["up MB (restricted)"] = _mean_fmt(g["cum_up_restricted"], 1e6, ".2f")
         row["down MB (dense, restricted)"] = _mean_fmt(g["cum_down_sensitivity"], 1e6, ".1f")
@@ -204,14 +233,18 @@ def leaderboard(res: Results, T: int | None = None, references: tuple[str, ...] 
         row["client steps"] = _mean_fmt(g["client_steps"], 1, ".0f")
         sub = df[df["dataset"] == dataset]
         for ref in references:
-            row[f"Δ test acc vs {ref}"] = ("" if arm == ref or ref not in set(sub["arm"])
-                                            else _paired_text(sub, arm, ref, seed))  # fmt: skip
+            row[f"Δ test acc vs {ref}"] = (
+                ""
+                if arm == ref or ref not in set(sub["arm"])
+                else _paired_text(sub, arm, ref, seed)
+            )
         rows.append(row)
     out = pd.DataFrame(rows)
     if len(out):
         front = pareto_points(res, T).set_index(["dataset", "arm"])["on_front"]
-        on = [bool(front.get((d, a), False)) for d, a in zip(out["dataset"], out["arm"],
-                                                               strict=True)]  # fmt: skip
+        on = [
+            bool(front.get((d, a), False)) for d, a in zip(out["dataset"], out["arm"], strict=True)
+        ]
         out.insert(out.columns.get_loc("uplink saving"), "Pareto", ["yes" if x else "" for x in on])
     return out
 
@@ -226,8 +259,14 @@ def pareto_points(res: Results, T: int | None = None) -> pd.DataFrame:
     rows = []
     for (dataset, arm), g in df.groupby(["dataset", "arm"]):
         acc = g["test_acc"] if g["test_acc"].notna().all() else g["val_acc"]
-        rows.append({"dataset": dataset, "arm": arm, "acc": float(acc.mean()),
-                     "total_MB": float(g["total_MB"].mean())})  # fmt: skip
+        rows.append(
+            {
+                "dataset": dataset,
+                "arm": arm,
+                "acc": float(acc.mean()),
+                "total_MB": float(g["total_MB"].mean()),
+            }
+        )
     out = pd.DataFrame(rows, columns=["dataset", "arm", "acc", "total_MB"])
     out["on_front"] = False
     for _, idx in out.groupby("dataset").groups.items():
@@ -258,8 +297,9 @@ def _paired_text(df: pd.DataFrame, arm: str, reference: str, seed: int) -> str:
     return f"{p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]"
 
 
-def factorial(res: Results, outcome: str = "val_acc", T: int | None = None,
-              seed: int = 0) -> pd.DataFrame:  # fmt: skip
+def factorial(
+    res: Results, outcome: str = "val_acc", T: int | None = None, seed: int = 0
+) -> pd.DataFrame:
     """Reuse (DG-FedReuse vs FedAvg) × Top-K (r < 1 vs r = 1) (× error feedback, when runs
     with and without it are present): effects paired by seed, on identical schedules.
 
@@ -295,10 +335,17 @@ def factorial(res: Results, outcome: str = "val_acc", T: int | None = None,
             ) / 2 ** (k - size)
             e = e.dropna()
             lo, hi = bootstrap_ci(e.to_numpy(), seed=seed)
-            rows.append({"effect": " x ".join(factors[f] for f in subset), "outcome": outcome,
-                         "round": describe_rounds(T), "seeds": len(e),
-                         "estimate": float(e.mean()),
-                         "ci_lo": lo, "ci_hi": hi})  # fmt: skip
+            rows.append(
+                {
+                    "effect": " x ".join(factors[f] for f in subset),
+                    "outcome": outcome,
+                    "round": describe_rounds(T),
+                    "seeds": len(e),
+                    "estimate": float(e.mean()),
+                    "ci_lo": lo,
+                    "ci_hi": hi,
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -317,13 +364,21 @@ def bytes_to_target(res: Results, target: float | dict[str, float]) -> pd.DataFr
             continue
         hit = g[g["val_acc"] >= goal]
         r = hit.iloc[0] if len(hit) else g.iloc[-1]
-        rows.append({
-            "run_id": run_id, "dataset": ds, "arm": r["arm"], "seed": r["seed"], "target": goal,
-            "censored": not len(hit), "rounds": int(r["round"]),
-            "up_restricted": int(r["cum_up_restricted"]), "up_measured": int(r["cum_up_measured"]),
-            "down_measured": int(r["cum_down_measured"]),
-            "total_measured": int(r["cum_up_measured"] + r["cum_down_measured"]),
-        })  # fmt: skip
+        rows.append(
+            {
+                "run_id": run_id,
+                "dataset": ds,
+                "arm": r["arm"],
+                "seed": r["seed"],
+                "target": goal,
+                "censored": not len(hit),
+                "rounds": int(r["round"]),
+                "up_restricted": int(r["cum_up_restricted"]),
+                "up_measured": int(r["cum_up_measured"]),
+                "down_measured": int(r["cum_down_measured"]),
+                "total_measured": int(r["cum_up_measured"] + r["cum_down_measured"]),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -333,12 +388,16 @@ def bytes_to_target_summary(btt: pd.DataFrame) -> pd.DataFrame:
     keys = ["dataset", "arm"] if "dataset" in btt else ["arm"]
     g = btt.groupby(keys)
     reached = btt[~btt["censored"]].groupby(keys)
-    return pd.DataFrame({
-        "target": g["target"].first(), "runs": g.size(), "censored": g["censored"].sum(),
-        "median_rounds": reached["rounds"].median(),
-        "median_total_MB": reached["total_measured"].median() / 1e6,
-        "median_up_restricted_MB": reached["up_restricted"].median() / 1e6,
-    }).reset_index()  # fmt: skip
+    return pd.DataFrame(
+        {
+            "target": g["target"].first(),
+            "runs": g.size(),
+            "censored": g["censored"].sum(),
+            "median_rounds": reached["rounds"].median(),
+            "median_total_MB": reached["total_measured"].median() / 1e6,
+            "median_up_restricted_MB": reached["up_restricted"].median() / 1e6,
+        }
+    ).reset_index()
 
 
 def gate_diagnostics(res: Results) -> pd.DataFrame:
@@ -351,20 +410,25 @@ def gate_diagnostics(res: Results) -> pd.DataFrame:
     for arm, g in ev.groupby("arm"):
         gated = g[g["gate_score"].notna() & g["age"].notna()]
         fired = (gated["gate_score"] >= gated["tau"]).mean() if len(gated) else float("nan")
-        rows.append({
-            "arm": arm, "events": len(g), "gated_events": len(gated),
-            "firing_rate": float(fired),
-            "reused_fraction": float((g["decision"] == "reused").mean()),
-            "promoted_fraction": float(g["promoted"].fillna(False).astype(bool).mean()),
-            "D_mean": float(gated["gate_score"].mean()) if len(gated) else float("nan"),
-            "D_minus_tau_mean": float((gated["gate_score"] - gated["tau"]).mean())
-            if len(gated) else float("nan"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "arm": arm,
+                "events": len(g),
+                "gated_events": len(gated),
+                "firing_rate": float(fired),
+                "reused_fraction": float((g["decision"] == "reused").mean()),
+                "promoted_fraction": float(g["promoted"].fillna(False).astype(bool).mean()),
+                "D_mean": float(gated["gate_score"].mean()) if len(gated) else float("nan"),
+                "D_minus_tau_mean": float((gated["gate_score"] - gated["tau"]).mean())
+                if len(gated)
+                else float("nan"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def gate_controls(res: Results, T: int | None = None) -> pd.DataFrame:
-    """The real gate against its controls at matched firing rate (§6 item 10).
+    """The real gate against its controls at matched firing rate (methods: DG-FedReuse).
 
     One row per DG-FedReuse gate setting (proxy, off, random with its probability): realised
     firing rate, reused fraction, validation accuracy and restricted saving at round T (means over
@@ -386,27 +450,37 @@ def gate_controls(res: Results, T: int | None = None) -> pd.DataFrame:
         fired = e["decision"].eq("fresh") & ~e["promoted"].fillna(False).astype(bool)
         rate = float((fired & young).sum() / young.sum()) if young.sum() else float("nan")
         a = at.reindex(g["run_id"])
-        rows.append({
-            "gate": gate, "gate_prob": prob if gate == "random" else None, "topk_ratio": r,
-            "runs": len(g), "firing_rate": rate,
-            "reused_fraction": float(e["decision"].eq("reused").mean()),
-            "val_acc_mean": float(a["val_acc"].mean()),
-            "cum_saving_restricted_mean": float(a["cum_saving_restricted"].mean()),
-            "D_gated_mean": float(gated["gate_score"].mean()) if len(gated) else float("nan"),
-        })  # fmt: skip
+        rows.append(
+            {
+                "gate": gate,
+                "gate_prob": prob if gate == "random" else None,
+                "topk_ratio": r,
+                "runs": len(g),
+                "firing_rate": rate,
+                "reused_fraction": float(e["decision"].eq("reused").mean()),
+                "val_acc_mean": float(a["val_acc"].mean()),
+                "cum_saving_restricted_mean": float(a["cum_saving_restricted"].mean()),
+                "D_gated_mean": float(gated["gate_score"].mean()) if len(gated) else float("nan"),
+            }
+        )
     out = pd.DataFrame(rows)
     proxy = out[out["gate"] == "proxy"]
     if len(proxy):
         out["rate_gap_vs_proxy"] = out["gate_prob"].astype(float) - float(
-            proxy["firing_rate"].mean())  # fmt: skip
+            proxy["firing_rate"].mean()
+        )
     return out
 
 
 def firing_rate_per_round(res: Results) -> pd.DataFrame:
     ev = res.client_events
     ev = ev[ev["gate_score"].notna() & ev["age"].notna() & ev["tau"].notna()]
-    return (ev.assign(fired=ev["gate_score"] >= ev["tau"]).groupby(["arm", "round"])["fired"]
-            .mean().reset_index(name="firing_rate"))  # fmt: skip
+    return (
+        ev.assign(fired=ev["gate_score"] >= ev["tau"])
+        .groupby(["arm", "round"])["fired"]
+        .mean()
+        .reset_index(name="firing_rate")
+    )
 
 
 def markdown(df: pd.DataFrame, digits: int = 4) -> str:

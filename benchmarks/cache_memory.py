@@ -39,12 +39,16 @@ def main() -> None:
         print(f"\r  packed {i + 1}/{args.clients} client updates", end="", file=sys.stderr)
     print(file=sys.stderr)
     dense = args.clients * layout.dense_bytes
-    print(f"ResNet-18 (d = {layout.dim:,}, B0 = {layout.dense_bytes:,} B), {args.clients} "
-          f"clients, r = {args.r}")  # fmt: skip
+    print(
+        f"ResNet-18 (d = {layout.dim:,}, B0 = {layout.dense_bytes:,} B), {args.clients} "
+        f"clients, r = {args.r}"
+    )
     print(f"  dense-shaped cache:        {dense / 1e6:10.2f} MB")
     print(f"  int64-index sparse cache:  {naive / 1e6:10.2f} MB  ({naive / dense:.4f} of dense)")
-    print(f"  packed cache (ours):       {held / 1e6:10.2f} MB  ({held / dense:.4f} of dense;"
-          " goal <= 0.25)")  # fmt: skip
+    print(
+        f"  packed cache (ours):       {held / 1e6:10.2f} MB  ({held / dense:.4f} of dense;"
+        " goal <= 0.25)"
+    )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,8 @@ import argparse
 import time
 
 from reuse_ray.accounting import saving
-from reuse_ray.config import RunConfig, from_dict, load_config_dict
+from reuse_ray.config import RunConfig
+from reuse_ray.configio import from_dict, load_config_dict
 from reuse_ray.engine import LocalBackend, make_setup, prepare_data, select_clients
 from reuse_ray.models import init_model, resolve_model_name
 from reuse_ray.state import StateLayout
@@ -44,10 +45,13 @@ def config(arm: str, data: str, rounds: int, samples: int, results: str) -> RunC
     base = load_config_dict("configs/dg_paper.yaml")
     if data == "w":
         base.update(
-            data={"name": "synthetic", "synthetic_samples": int(samples / 0.72),
-                  "synthetic_shape": [1, 28, 28]},
+            data={
+                "name": "synthetic",
+                "synthetic_samples": int(samples / 0.72),
+                "synthetic_shape": [1, 28, 28],
+            },
             model={"name": "cnn", "hidden": 128},
-        )  # fmt: skip
+        )
     base.update(engine={"backend": "local"}, results_dir=results)
     base["fl"] = dict(base["fl"], rounds=rounds, eval_every=rounds)
     method, gate = ARMS[arm]
@@ -76,10 +80,14 @@ def main() -> None:
     for m in names:
         backends[m] = LocalBackend()
         backends[m].start(make_setup(cfgs[m], data, parts)[0])
-    stats = {m: {"wall": 0.0, "steps": 0, "fresh": 0, "selected": 0, "up": 0, "ref": 0}
-             for m in names}  # fmt: skip
-    print(f"data {data.info.name}: {len(data.train)} training samples over {len(parts)} clients, "
-          f"model {model_name}, {args.rounds} rounds, arms interleaved", flush=True)  # fmt: skip
+    stats = {
+        m: {"wall": 0.0, "steps": 0, "fresh": 0, "selected": 0, "up": 0, "ref": 0} for m in names
+    }
+    print(
+        f"data {data.info.name}: {len(data.train)} training samples over {len(parts)} clients, "
+        f"model {model_name}, {args.rounds} rounds, arms interleaved",
+        flush=True,
+    )
     for t in range(1, args.rounds + 1):
         k = (t - 1) % len(names)
         order = names[k:] + names[:k]  # rotate who runs first, so drift hits every arm alike
@@ -98,16 +106,19 @@ def main() -> None:
             s["ref"] += report.dense_bytes * len(report.clients)
             line.append(f"{m} {wall:.2f}s")
         print(f"round {t:>3}/{args.rounds}: " + ", ".join(line), flush=True)
-    model = init_model(model_name, data.info.shape, data.info.num_classes, ref.seed,
-                       ref.model.hidden)  # fmt: skip
+    model = init_model(
+        model_name, data.info.shape, data.info.num_classes, ref.seed, ref.model.hidden
+    )
     layout = StateLayout.from_model(model)
     for m in names:
         s = stats[m]
         val = evaluate(model, layout, backends[m].weights(), data.val, data.info)[0]
-        print(f"{m:13s} total round time {s['wall']:.1f} s ({s['wall'] / args.rounds:.3f} "
-              f"s/round), client steps {s['steps']}, fresh fraction "
-              f"{s['fresh'] / s['selected']:.3f}, cum. restricted saving "
-              f"{100 * saving(s['up'], s['ref']):.2f}%, final val acc {val:.4f}")  # fmt: skip
+        print(
+            f"{m:13s} total round time {s['wall']:.1f} s ({s['wall'] / args.rounds:.3f} "
+            f"s/round), client steps {s['steps']}, fresh fraction "
+            f"{s['fresh'] / s['selected']:.3f}, cum. restricted saving "
+            f"{100 * saving(s['up'], s['ref']):.2f}%, final val acc {val:.4f}"
+        )
     a = stats["Top-K FedAvg"]
     for m in names[1:]:
         d = stats[m]

@@ -85,8 +85,14 @@ ARMS = (
 # ------------------------------------------------------------------ the arms (child processes)
 
 
-def child_plain(model: str, rounds: int, samples: int, threads: int,
-                channels_last: bool = False, keep: bool = False) -> dict:  # fmt: skip
+def child_plain(
+    model: str,
+    rounds: int,
+    samples: int,
+    threads: int,
+    channels_last: bool = False,
+    keep: bool = False,
+) -> dict:
     import torch
     import workload_w as W
 
@@ -139,8 +145,10 @@ class _Stamped:
 def child_engine(model: str, rounds: int, samples: int, arm: str) -> dict:
     import workload_spec as W  # no torch: the Ray engine's driver imports none
 
-    from reuse_ray.config import RunConfig, from_dict
+    from reuse_ray.config import RunConfig
+    from reuse_ray.configio import from_dict
     from reuse_ray.engine import RunHooks, make_backend, run_fl
+    from reuse_ray.engine.observers import OnRound
 
     stamps: dict = {"ends": []}
     backend = "ray" if arm.startswith("ray") else "local"
@@ -149,8 +157,8 @@ def child_engine(model: str, rounds: int, samples: int, arm: str) -> dict:
     raw["engine"]["channels_last"] = arm.endswith("-cl")
     raw["engine"]["server_process"] = "own" if arm == "ray-own" else "worker"
     cfg = from_dict(RunConfig, raw)
-    hooks = RunHooks(on_round=lambda _row, _blob: stamps["ends"].append(time.time()),
-                     evaluate_test=False, tensorboard=False)  # fmt: skip
+    ends = OnRound(lambda _row, _blob: stamps["ends"].append(time.time()))
+    hooks = RunHooks(observers=(ends,), evaluate_test=False, tensorboard=False)
     run_fl(cfg, backend=_Stamped(make_backend(cfg), stamps), hooks=hooks)
     return stamps
 
@@ -158,8 +166,14 @@ def child_engine(model: str, rounds: int, samples: int, arm: str) -> dict:
 def run_child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     if args.child.startswith("plain-"):
-        out = child_plain(args.model, args.rounds, args.samples, int(args.child[6]),
-                          args.child.endswith("-cl"), args.child.endswith("-keep"))  # fmt: skip
+        out = child_plain(
+            args.model,
+            args.rounds,
+            args.samples,
+            int(args.child[6]),
+            args.child.endswith("-cl"),
+            args.child.endswith("-keep"),
+        )
     else:
         out = child_engine(args.model, args.rounds, args.samples, args.child)
     print("RESULT " + json.dumps(out), flush=True)
@@ -186,8 +200,15 @@ def _role(pid: int, root: int, cmd: bytes) -> str:
     """driver (``root``), worker (a ``ClientWorkerActor``, or the ``ServingWorkerActor`` that
     also hosts the server), server (a ``ServerActor`` of its own) or ray (every other
     process: Ray's own, Flower's)."""
-    return ("driver" if pid == root else "worker" if b"WorkerActor" in cmd
-            else "server" if b"ServerActor" in cmd else "ray")  # fmt: skip
+    return (
+        "driver"
+        if pid == root
+        else "worker"
+        if b"WorkerActor" in cmd
+        else "server"
+        if b"ServerActor" in cmd
+        else "ray"
+    )
 
 
 def _label(cmd: bytes) -> str:
@@ -231,8 +252,12 @@ def tree_memory(root: int, cluster: int | None = None) -> dict[int, tuple[str, s
                     fields[key] = int(rest.split()[0]) * 1024
         except (OSError, ValueError, IndexError):
             continue
-        out[pid] = (_role(pid, root, cmd), _label(cmd), fields.get("Pss", 0),
-                    fields.get("Anonymous", 0))  # fmt: skip
+        out[pid] = (
+            _role(pid, root, cmd),
+            _label(cmd),
+            fields.get("Pss", 0),
+            fields.get("Anonymous", 0),
+        )
     return out
 
 
@@ -255,8 +280,13 @@ def tree_cpu(
         except OSError:
             continue
         f = stat[stat.rindex(")") + 2 :].split()
-        out[pid] = (_role(pid, root, cmd), int(f[11]) / TICK, int(f[12]) / TICK, int(f[7]),
-                    (int(f[13]) + int(f[14])) / TICK)  # fmt: skip
+        out[pid] = (
+            _role(pid, root, cmd),
+            int(f[11]) / TICK,
+            int(f[12]) / TICK,
+            int(f[7]),
+            (int(f[13]) + int(f[14])) / TICK,
+        )
     return out
 
 
@@ -280,8 +310,12 @@ def cpu_window(samples: list, start: float, end: float) -> dict:
         total += used
         if role == "worker":
             faults += flt - f0
-    return {"cores": cores, "kernel": kernel / total if total else 0.0, "faults": faults,
-            "span": span}  # fmt: skip
+    return {
+        "cores": cores,
+        "kernel": kernel / total if total else 0.0,
+        "faults": faults,
+        "span": span,
+    }
 
 
 def startup_cpu(samples: list, start1: float, base: dict | None = None) -> dict[str, float]:
@@ -312,8 +346,9 @@ def launch(cmd: list[str], env: dict[str, str], cluster: int | None = None) -> d
     instance the arm joins (its descendants are measured with the arm's tree)."""
     base = tree_cpu(cluster) if cluster else None
     t_launch = time.time()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env, cwd=ROOT)  # fmt: skip
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT
+    )
     samples: list = []
     peaks: list = [0, {}]  # the tree's peak PSS and its processes then
     lines: list[str] = []
@@ -367,9 +402,11 @@ def cpu_line(arm: str, cpu: dict, rounds: float) -> str:
     c = cpu["cores"]
     workers = " + ".join(f"{x:.2f}" for x in sorted(c.get("worker", []), reverse=True)) or "–"
     per_round = cpu["faults"] / rounds if rounds else 0.0
-    return (f"  | {arm} | {sum(c.get('driver', [])):.2f} | {workers} | "
-            f"{sum(c.get('server', [])):.2f} | {sum(c.get('ray', [])):.2f} | "
-            f"{100 * cpu['kernel']:.1f} % | {per_round:,.0f} |")  # fmt: skip
+    return (
+        f"  | {arm} | {sum(c.get('driver', [])):.2f} | {workers} | "
+        f"{sum(c.get('server', [])):.2f} | {sum(c.get('ray', [])):.2f} | "
+        f"{100 * cpu['kernel']:.1f} % | {per_round:,.0f} |"
+    )
 
 
 def startup_line(arm: str, wall: float, cpu: dict[str, float]) -> str:
@@ -377,8 +414,9 @@ def startup_line(arm: str, wall: float, cpu: dict[str, float]) -> str:
     if not cpu:
         return f"  | {arm} | {wall:.1f} | – | – | – | – | – | – |"
     total = sum(cpu.values())
-    cols = " | ".join(f"{cpu[r]:.1f}" if r in cpu else "–"
-                      for r in ("driver", "worker", "server", "ray"))  # fmt: skip
+    cols = " | ".join(
+        f"{cpu[r]:.1f}" if r in cpu else "–" for r in ("driver", "worker", "server", "ray")
+    )
     return f"  | {arm} | {wall:.1f} | {cols} | {total:.1f} | {total / (os.cpu_count() or 1):.1f} |"
 
 
@@ -404,8 +442,10 @@ def memory_line(arm: str, at_peak: dict) -> str:
     others = sorted(by.get("ray", []), reverse=True)
     named = ", ".join(f"{label} {p / 1e6:.0f}" for p, _, label in others[:4])
     rest = f"{total('ray')}: {named} MB" if others else "–"
-    return (f"  | {arm} | {total('driver')} | {workers or '–'} | {total('server')} | {rest} | "
-            f"{sum(x[2] for x in at_peak.values()) / 1e9:.2f} |")  # fmt: skip
+    return (
+        f"  | {arm} | {total('driver')} | {workers or '–'} | {total('server')} | {rest} | "
+        f"{sum(x[2] for x in at_peak.values()) / 1e9:.2f} |"
+    )
 
 
 @contextlib.contextmanager
@@ -425,11 +465,26 @@ def ray_cluster(env: dict[str, str]):
     # Ray's single-machine mode names the node 127.0.0.1 and binds its servers there; an arm
     # joining it must be in the same mode to find its raylet
     local = dict(env, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
-    cmd = [sys.executable, "-m", "ray.scripts.scripts", "start", "--head", "--block",
-           "--port", str(port), "--node-ip-address", "127.0.0.1", "--include-dashboard",
-           "false", "--temp-dir", temp, "--disable-usage-stats"]  # fmt: skip
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=local, cwd=ROOT)  # fmt: skip
+    cmd = [
+        sys.executable,
+        "-m",
+        "ray.scripts.scripts",
+        "start",
+        "--head",
+        "--block",
+        "--port",
+        str(port),
+        "--node-ip-address",
+        "127.0.0.1",
+        "--include-dashboard",
+        "false",
+        "--temp-dir",
+        temp,
+        "--disable-usage-stats",
+    ]
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=local, cwd=ROOT
+    )
     try:
         said: list[str] = []
         for line in proc.stdout:  # type: ignore[union-attr]
@@ -473,9 +528,12 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--models", default="cnn_valid,cnn")
     ap.add_argument("--arms", default=",".join(ARMS))
-    ap.add_argument("--flower-python", default=os.environ.get("REUSE_RAY_FLOWER_PYTHON"),
-                    help="the Flower venv's python (default $REUSE_RAY_FLOWER_PYTHON; "
-                         "without it the flower arm is left out)")  # fmt: skip
+    ap.add_argument(
+        "--flower-python",
+        default=os.environ.get("REUSE_RAY_FLOWER_PYTHON"),
+        help="the Flower venv's python (default $REUSE_RAY_FLOWER_PYTHON; "
+        "without it the flower arm is left out)",
+    )
     ap.add_argument("--child", choices=ARMS[:-1], help=argparse.SUPPRESS)
     ap.add_argument("--model", default="cnn_valid", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -490,13 +548,18 @@ def main() -> None:
     if "flower" in arms and not args.flower_python:
         print("flower arm left out: no --flower-python (see benchmarks/peer_flower.py)")
         arms.remove("flower")
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))  # fmt: skip
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     env.pop("RAY_ADDRESS", None)
     for model in args.models.split(","):
-        print(f"workload W on {model}: {args.samples} images, 50 clients, 10/round, 3 epochs, "
-              f"batch 128, validation every round, {args.rounds} rounds, "
-              f"{args.repeats} interleaved repeats", flush=True)  # fmt: skip
+        print(
+            f"workload W on {model}: {args.samples} images, 50 clients, 10/round, 3 epochs, "
+            f"batch 128, validation every round, {args.rounds} rounds, "
+            f"{args.repeats} interleaved repeats",
+            flush=True,
+        )
         runs: dict[str, list[dict]] = {a: [] for a in arms}
         for rep in range(args.repeats):
             for arm in arms:
@@ -515,8 +578,14 @@ def main() -> None:
                     f"wall {m['wall']:5.1f} s, peak PSS {m['pss'] / 1e9:4.2f} GB",
                     flush=True,
                 )
-        med = {a: {k: statistics.median(r[k] for r in runs[a]) for k in runs[a][0]
-                   if k not in ("cpu", "at_peak", "startup_cpu")} for a in arms}  # fmt: skip
+        med = {
+            a: {
+                k: statistics.median(r[k] for r in runs[a])
+                for k in runs[a][0]
+                if k not in ("cpu", "at_peak", "startup_cpu")
+            }
+            for a in arms
+        }
         ref = med.get("plain-2t")
         print(f"\n  {model}, medians of {args.repeats}:")
         print(
@@ -528,27 +597,38 @@ def main() -> None:
             m = med[a]
             x = f"{m['round'] / ref['round']:.3f}" if ref else "–"
             xw = f"{m['wall'] / ref['wall']:.2f}" if ref else "–"
-            print(f"  | {a} | {m['round']:.2f} | {x} | {m['startup']:.1f} | "
-                  f"{m['first'] / m['round']:.2f} | {m['wall']:.1f} | {xw} | "
-                  f"{m['pss'] / 1e9:.2f} |")  # fmt: skip
+            print(
+                f"  | {a} | {m['round']:.2f} | {x} | {m['startup']:.1f} | "
+                f"{m['first'] / m['round']:.2f} | {m['wall']:.1f} | {xw} | "
+                f"{m['pss'] / 1e9:.2f} |"
+            )
         print(f"\n  {model}, where the CPU went in rounds 2–5 (the last repeat of each arm):")
-        print("  | engine | driver cores | worker cores | server cores | other processes' cores "
-              "| kernel share | worker minor faults / round |")  # fmt: skip
+        print(
+            "  | engine | driver cores | worker cores | server cores | other processes' cores "
+            "| kernel share | worker minor faults / round |"
+        )
         print("  |---|---|---|---|---|---|---|")
         for a in arms:
             last = runs[a][-1]
             print(cpu_line(a, last["cpu"], 4 if last["cpu"] else 0))
-        print(f"\n  {model}, CPU seconds from launch to round 1 (the last repeat of each arm; "
-              f"the floor is their total ÷ {os.cpu_count()} cores):")  # fmt: skip
-        print("  | engine | start-up s | driver | workers | server | other processes | total "
-              "| floor s |")  # fmt: skip
+        print(
+            f"\n  {model}, CPU seconds from launch to round 1 (the last repeat of each arm; "
+            f"the floor is their total ÷ {os.cpu_count()} cores):"
+        )
+        print(
+            "  | engine | start-up s | driver | workers | server | other processes | total "
+            "| floor s |"
+        )
         print("  |---|---|---|---|---|---|---|---|")
         for a in arms:
             print(startup_line(a, runs[a][-1]["startup"], runs[a][-1]["startup_cpu"]))
-        print(f"\n  {model}, memory at the tree's peak PSS (the last repeat of each arm; GB, "
-              "PSS with the private anonymous memory in brackets):")  # fmt: skip
-        print("  | engine | driver | workers | server | other processes (the largest, PSS) "
-              "| tree |")  # fmt: skip
+        print(
+            f"\n  {model}, memory at the tree's peak PSS (the last repeat of each arm; GB, "
+            "PSS with the private anonymous memory in brackets):"
+        )
+        print(
+            "  | engine | driver | workers | server | other processes (the largest, PSS) | tree |"
+        )
         print("  |---|---|---|---|---|---|")
         for a in arms:
             print(memory_line(a, runs[a][-1]["at_peak"]))

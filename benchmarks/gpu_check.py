@@ -64,7 +64,8 @@ def fractional_check(rounds: int, device: str) -> None:
     """DG-FedReuse with ResNet-18 on 4 Ray workers of a quarter GPU each."""
     import ray
 
-    from reuse_ray.config import RunConfig, from_dict, load_config_dict
+    from reuse_ray.config import RunConfig
+    from reuse_ray.configio import from_dict, load_config_dict
     from reuse_ray.distributed import RayBackend
     from reuse_ray.engine import run_fl
 
@@ -73,10 +74,15 @@ def fractional_check(rounds: int, device: str) -> None:
         data={"name": "synthetic", "synthetic_samples": 6000, "synthetic_shape": [3, 32, 32]},
         model={"name": "resnet18"},
         train=dict(base["train"], amp=True),
-        engine={"backend": "ray", "device": device, "gpu_fraction": 0.25, "num_workers": 4,
-                "cpu_per_worker": 0.5},
+        engine={
+            "backend": "ray",
+            "device": device,
+            "gpu_fraction": 0.25,
+            "num_workers": 4,
+            "cpu_per_worker": 0.5,
+        },
         results_dir=tempfile.mkdtemp(prefix="gpu-check-"),
-    )  # fmt: skip
+    )
     base["fl"] = dict(base["fl"], rounds=rounds, eval_every=rounds)
     cfg = from_dict(RunConfig, base)
 
@@ -90,10 +96,13 @@ def fractional_check(rounds: int, device: str) -> None:
 
     t0 = time.perf_counter()
     summary = run_fl(cfg, backend=Inspect(cfg))
-    print(f"DG-FedReuse, Ray engine, 4 x 0.25 GPU: status={summary.status}, "
-          f"val_acc={summary.row['final_val_acc']}, "
-          f"saving={summary.row['cum_saving_restricted']}, "
-          f"{time.perf_counter() - t0:.1f} s in all", flush=True)  # fmt: skip
+    print(
+        f"DG-FedReuse, Ray engine, 4 x 0.25 GPU: status={summary.status}, "
+        f"val_acc={summary.row['final_val_acc']}, "
+        f"saving={summary.row['cum_saving_restricted']}, "
+        f"{time.perf_counter() - t0:.1f} s in all",
+        flush=True,
+    )
 
 
 def vectorize_check(rounds: int, per_round: int, group: int, device: str) -> None:
@@ -105,7 +114,8 @@ def vectorize_check(rounds: int, per_round: int, group: int, device: str) -> Non
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import workload_w as W
 
-    from reuse_ray.config import RunConfig, from_dict
+    from reuse_ray.config import RunConfig
+    from reuse_ray.configio import from_dict
     from reuse_ray.engine import run_fl
     from reuse_ray.results import read_table
 
@@ -113,9 +123,15 @@ def vectorize_check(rounds: int, per_round: int, group: int, device: str) -> Non
     for vec in (False, True):
         base = W.run_config("cnn_valid", rounds, 20000, "ray", tempfile.mkdtemp(prefix="w-gpu-"))
         base["fl"]["clients_per_round"] = per_round
-        base["engine"] = {"backend": "ray", "device": device, "gpu_fraction": 0.25,
-                          "num_workers": 4, "cpu_per_worker": 0.5, "vectorize": vec,
-                          "vectorize_group": group}  # fmt: skip
+        base["engine"] = {
+            "backend": "ray",
+            "device": device,
+            "gpu_fraction": 0.25,
+            "num_workers": 4,
+            "cpu_per_worker": 0.5,
+            "vectorize": vec,
+            "vectorize_group": group,
+        }
         base["train"]["amp"] = False
         cfg = from_dict(RunConfig, base)
         t0 = time.perf_counter()
@@ -123,20 +139,27 @@ def vectorize_check(rounds: int, per_round: int, group: int, device: str) -> Non
         rounds_t = read_table(cfg.results_dir, "rounds").sort_values("round")
         wall = rounds_t["round_wall_s"].tolist()
         out[vec] = (rounds_t["val_loss"].to_numpy(), statistics.median(wall[1:] or wall))
-        print(f"W on the Ray engine, {per_round} clients a round, vectorize={vec}: "
-              f"status={s.status}, val_acc={s.row['final_val_acc']:.4f}, round wall s "
-              f"{[round(v, 3) for v in wall]}, median (rounds 2..) {out[vec][1]:.3f} s, "
-              f"{time.perf_counter() - t0:.1f} s in all", flush=True)  # fmt: skip
+        print(
+            f"W on the Ray engine, {per_round} clients a round, vectorize={vec}: "
+            f"status={s.status}, val_acc={s.row['final_val_acc']:.4f}, round wall s "
+            f"{[round(v, 3) for v in wall]}, median (rounds 2..) {out[vec][1]:.3f} s, "
+            f"{time.perf_counter() - t0:.1f} s in all",
+            flush=True,
+        )
     (la, ta), (lb, tb) = out[False], out[True]
     rel = float(max(abs(a - b) / abs(a) for a, b in zip(la, lb, strict=True)))
-    print(f"vectorized / per-client round time: {tb / ta:.3f} (speed-up {ta / tb:.2f}x); "
-          f"largest relative validation-loss difference {rel:.2e}", flush=True)  # fmt: skip
+    print(
+        f"vectorized / per-client round time: {tb / ta:.3f} (speed-up {ta / tb:.2f}x); "
+        f"largest relative validation-loss difference {rel:.2e}",
+        flush=True,
+    )
 
 
 def amp_check(rounds: int) -> None:
     """The local engine on CUDA: DG-FedReuse with ResNet-18, AMP on and off, same seed; and AMP
     on with channels-last convolutions."""
-    from reuse_ray.config import RunConfig, from_dict, load_config_dict
+    from reuse_ray.config import RunConfig
+    from reuse_ray.configio import from_dict, load_config_dict
     from reuse_ray.engine import run_fl
     from reuse_ray.results import read_table
 
@@ -145,29 +168,32 @@ def amp_check(rounds: int) -> None:
     for amp, cl in ((True, False), (False, False), (True, True)):
         base = load_config_dict("configs/dg_paper.yaml")
         base.update(
-            data={"name": "synthetic", "synthetic_samples": 6000,
-                  "synthetic_shape": [3, 32, 32]},
+            data={"name": "synthetic", "synthetic_samples": 6000, "synthetic_shape": [3, 32, 32]},
             model={"name": "resnet18"},
             train=dict(base["train"], amp=amp),
             engine={"backend": "local", "device": "cuda", "channels_last": cl},
             results_dir=tempfile.mkdtemp(prefix="amp-check-"),
-        )  # fmt: skip
+        )
         base["fl"] = dict(base["fl"], rounds=rounds, eval_every=rounds)
         cfg = from_dict(RunConfig, base)
         t0 = time.perf_counter()
         s = run_fl(cfg)
         ev = read_table(cfg.results_dir, "client_events")
         rows[amp, cl] = (s, ev)
-        print(f"local engine on CUDA, amp={amp}, channels_last={cl}: status={s.status}, "
-              f"val_acc={s.row['final_val_acc']:.4f}, test_acc={s.row['test_acc']:.4f}, "
-              f"saving={s.row['cum_saving_restricted']:.5f}, "
-              f"finite losses={bool(ev['train_loss'].dropna().map(float).notna().all())}, "
-              f"{(time.perf_counter() - t0) / rounds:.2f} s/round")  # fmt: skip
+        print(
+            f"local engine on CUDA, amp={amp}, channels_last={cl}: status={s.status}, "
+            f"val_acc={s.row['final_val_acc']:.4f}, test_acc={s.row['test_acc']:.4f}, "
+            f"saving={s.row['cum_saving_restricted']:.5f}, "
+            f"finite losses={bool(ev['train_loss'].dropna().map(float).notna().all())}, "
+            f"{(time.perf_counter() - t0) / rounds:.2f} s/round"
+        )
     ea, ef = rows[True, False][1], rows[False, False][1]
     keys = ["round", "client_id", "decision"]
     same_plan = ea[keys].equals(ef[keys])
-    print(f"AMP vs fp32: same selections and decisions: {same_plan}; fresh uplink bytes equal: "
-          f"{ea['up_restricted'].tolist() == ef['up_restricted'].tolist()}")  # fmt: skip
+    print(
+        f"AMP vs fp32: same selections and decisions: {same_plan}; fresh uplink bytes equal: "
+        f"{ea['up_restricted'].tolist() == ef['up_restricted'].tolist()}"
+    )
 
 
 if __name__ == "__main__":

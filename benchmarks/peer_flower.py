@@ -76,10 +76,10 @@ def train(msg: Message, context: Context) -> Message:
     cfg = msg.content["config"]
     w, model = _cached(str(cfg["model"]), int(cfg["samples"]))
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
-    n = W.train_client(model, w, int(context.node_config["partition-id"]),
-                       int(cfg["server-round"]))  # fmt: skip
-    reply = RecordDict({"arrays": ArrayRecord(model.state_dict()),
-                        "metrics": MetricRecord({"num-examples": n})})  # fmt: skip
+    n = W.train_client(model, w, int(context.node_config["partition-id"]), int(cfg["server-round"]))
+    reply = RecordDict(
+        {"arrays": ArrayRecord(model.state_dict()), "metrics": MetricRecord({"num-examples": n})}
+    )
     return Message(reply, reply_to=msg)
 
 
@@ -96,8 +96,7 @@ class ScheduledFedAvg(FedAvg):
         while len(nodes) < W.CLIENTS:
             time.sleep(0.1)
             nodes = list(grid.get_node_ids())
-        asks = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY)
-                for n in nodes]  # fmt: skip
+        asks = [Message(RecordDict(), dst_node_id=n, message_type=MessageType.QUERY) for n in nodes]
         for reply in grid.send_and_receive(asks):
             part = int(reply.content["id"]["partition"])
             self.node_of[part] = reply.metadata.src_node_id
@@ -141,20 +140,26 @@ def main() -> None:
     def server_main(grid: Grid, context: Context) -> None:
         strategy = ScheduledFedAvg(stamps)
         strategy.start(
-            grid=grid, initial_arrays=ArrayRecord(w.model().state_dict()),
+            grid=grid,
+            initial_arrays=ArrayRecord(w.model().state_dict()),
             num_rounds=args.rounds,
             train_config=ConfigRecord({"model": args.model, "samples": args.samples}),
             evaluate_fn=evaluate_fn,
-        )  # fmt: skip
+        )
 
     run_simulation(
-        server_app=server_app, client_app=client_app, num_supernodes=W.CLIENTS,
+        server_app=server_app,
+        client_app=client_app,
+        num_supernodes=W.CLIENTS,
         backend_config={
             "client_resources": {"num_cpus": 1, "num_gpus": 0.0},
-            "init_args": {"num_cpus": args.actors, "include_dashboard": False,
-                          "log_to_driver": False},
+            "init_args": {
+                "num_cpus": args.actors,
+                "include_dashboard": False,
+                "log_to_driver": False,
+            },
         },
-    )  # fmt: skip
+    )
     print("RESULT " + json.dumps(stamps), flush=True)
 
 

@@ -92,17 +92,25 @@ def config(
 ) -> dict:
     return {
         "seed": 1,
-        "data": {"name": "synthetic", "synthetic_samples": int(20 * clients / 0.72),
-                 "synthetic_shape": [1, 8, 8], "synthetic_classes": 10},
+        "data": {
+            "name": "synthetic",
+            "synthetic_samples": int(20 * clients / 0.72),
+            "synthetic_shape": [1, 8, 8],
+            "synthetic_classes": 10,
+        },
         "model": {"name": "cnn", "hidden": 32},
         "train": {"epochs": 1, "batch_size": 20, "lr": 0.05, "threads": 1},
-        "fl": {"num_clients": clients, "clients_per_round": min(per_round, clients),
-               "rounds": rounds, "eval_every": rounds},
+        "fl": {
+            "num_clients": clients,
+            "clients_per_round": min(per_round, clients),
+            "rounds": rounds,
+            "eval_every": rounds,
+        },
         "partition": {"kind": "iid"},
         "method": {"name": method, "topk_ratio": 0.2 if method == "dg_fedreuse" else 1.0},
         "engine": {"backend": "ray", "num_workers": 2, "server_snapshot_every": snapshot_every},
         "results_dir": results,
-    }  # fmt: skip
+    }
 
 
 def _spill_stats() -> dict:
@@ -123,7 +131,8 @@ def _spill_stats() -> dict:
 def child(args: argparse.Namespace) -> dict:
     import ray
 
-    from reuse_ray.config import RunConfig, from_dict
+    from reuse_ray.config import RunConfig
+    from reuse_ray.configio import from_dict
     from reuse_ray.distributed.backend import loopback_only
     from reuse_ray.engine import RunHooks, run_fl
     from reuse_ray.results import read_table
@@ -137,8 +146,11 @@ def child(args: argparse.Namespace) -> dict:
     if args.store_mb:
         init["object_store_memory"] = args.store_mb * 1024 * 1024
     spill_dir = tempfile.mkdtemp(prefix="scale-spill-")
-    init["_system_config"] = {"object_spilling_config": json.dumps(
-        {"type": "filesystem", "params": {"directory_path": spill_dir}})}  # fmt: skip
+    init["_system_config"] = {
+        "object_spilling_config": json.dumps(
+            {"type": "filesystem", "params": {"directory_path": spill_dir}}
+        )
+    }
     with loopback_only():
         ray.init(**init)
     baseline = _pss()
@@ -188,32 +200,62 @@ def child(args: argparse.Namespace) -> dict:
     d = cfg.data
     dataset = d.synthetic_samples * (4 * math.prod(d.synthetic_shape) + 8)
     out = {
-        "round_s": statistics.median(walls), "status": summary.status, "trained": trained,
-        "driver_peak_pss": peak, "driver_peak_rss": peak_rss, "driver_baseline_pss": baseline,
+        "round_s": statistics.median(walls),
+        "status": summary.status,
+        "trained": trained,
+        "driver_peak_pss": peak,
+        "driver_peak_rss": peak_rss,
+        "driver_baseline_pss": baseline,
         "dataset_bytes": dataset,
         "server_memory_bytes": summary.row["server_memory_bytes"],
         "client_memory_bytes": summary.row["client_memory_bytes"],
-        "server_peak_rss": server_rss["peak"], "server_first_rss": server_rss.get("first", 0),
+        "server_peak_rss": server_rss["peak"],
+        "server_first_rss": server_rss.get("first", 0),
         **_spill_stats(),
-    }  # fmt: skip
+    }
     ray.shutdown()
     return out
 
 
-def launch(n: int, method: str, args: argparse.Namespace, store_mb: int = 0,
-           snapshot_every: int = 1, per_round: int = 0, rounds: int = 0) -> dict:  # fmt: skip
-    cmd = [sys.executable, __file__, "--child", "--n", str(n), "--method", method,
-           "--per-round", str(per_round or args.per_round), "--rounds", str(rounds or args.rounds),
-           "--store-mb", str(store_mb), "--snapshot-every", str(snapshot_every)]  # fmt: skip
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
-        [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]))  # fmt: skip
+def launch(
+    n: int,
+    method: str,
+    args: argparse.Namespace,
+    store_mb: int = 0,
+    snapshot_every: int = 1,
+    per_round: int = 0,
+    rounds: int = 0,
+) -> dict:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        "--n",
+        str(n),
+        "--method",
+        method,
+        "--per-round",
+        str(per_round or args.per_round),
+        "--rounds",
+        str(rounds or args.rounds),
+        "--store-mb",
+        str(store_mb),
+        "--snapshot-every",
+        str(snapshot_every),
+    ]
+    env = dict(
+        os.environ,
+        PYTHONPATH=os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    )
     env.pop("RAY_ADDRESS", None)
     t0 = time.time()
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     if proc.returncode != 0 or not lines:
-        raise SystemExit(f"{method} with {n} clients failed (exit {proc.returncode}):\n"
-                         + (proc.stdout + proc.stderr)[-3000:])  # fmt: skip
+        raise SystemExit(
+            f"{method} with {n} clients failed (exit {proc.returncode}):\n"
+            + (proc.stdout + proc.stderr)[-3000:]
+        )
     out = json.loads(lines[-1][len("RESULT ") :])
     out["wall"] = time.time() - t0
     return out
@@ -251,18 +293,24 @@ def main() -> None:
         res = {}
         for n in sizes:
             r = res[n] = launch(n, method, args)
-            print(f"  {method:12s} {n:>7,} clients: {r['round_s']:6.2f} s/round "
-                  f"({r['trained']:.0f} clients trained a round), driver peak PSS "
-                  f"{r['driver_peak_pss'] / gb:.2f} GB (dataset {r['dataset_bytes'] / gb:.2f} GB, "
-                  f"beyond it {(r['driver_peak_pss'] - r['dataset_bytes']) / gb:.2f} GB; "
-                  f"peak RSS {r['driver_peak_rss'] / gb:.2f} GB, beyond the dataset "
-                  f"{(r['driver_peak_rss'] - r['dataset_bytes']) / gb:.2f} GB), "
-                  f"run {r['status']} in {r['wall']:.0f} s", flush=True)  # fmt: skip
+            print(
+                f"  {method:12s} {n:>7,} clients: {r['round_s']:6.2f} s/round "
+                f"({r['trained']:.0f} clients trained a round), driver peak PSS "
+                f"{r['driver_peak_pss'] / gb:.2f} GB (dataset {r['dataset_bytes'] / gb:.2f} GB, "
+                f"beyond it {(r['driver_peak_pss'] - r['dataset_bytes']) / gb:.2f} GB; "
+                f"peak RSS {r['driver_peak_rss'] / gb:.2f} GB, beyond the dataset "
+                f"{(r['driver_peak_rss'] - r['dataset_bytes']) / gb:.2f} GB), "
+                f"run {r['status']} in {r['wall']:.0f} s",
+                flush=True,
+            )
         if 10000 in res:
             ref = res[10000]["round_s"]
             ratios = ", ".join(f"{n:,}: {res[n]['round_s'] / ref:.3f}" for n in sizes)
-            print(f"  {method}: round time / the 10,000-client run's: {ratios}  (goal: 100,000 "
-                  f"<= 1.1)", flush=True)  # fmt: skip
+            print(
+                f"  {method}: round time / the 10,000-client run's: {ratios}  (goal: 100,000 "
+                f"<= 1.1)",
+                flush=True,
+            )
     if args.spill_clients:
         n, cap = args.spill_clients, args.spill_store_mb
         # a server snapshot copies every memory, so server survival is off here
@@ -276,14 +324,17 @@ def main() -> None:
             rounds=args.spill_rounds,
         )
         mem = (r["server_memory_bytes"] or 0) / 1e6
-        print(f"  mifa {n:,} clients, {args.spill_per_round} a round, {args.spill_rounds} rounds, "
-              f"object store capped at {cap} MiB: memories y_i "
-              f"{mem:.0f} MB at the end; Ray spilled {r['spilled_mib']:.0f} MiB "
-              f"({r['spilled_objects']} objects) and restored {r['restored_mib']:.0f} MiB; "
-              "the server process's private memory (RssAnon) "
-              f"{r['server_first_rss'] / 1e6:.0f} MB when "
-              f"first seen, {r['server_peak_rss'] / 1e6:.0f} MB at its peak; "
-              f"{r['round_s']:.2f} s/round; run {r['status']}", flush=True)  # fmt: skip
+        print(
+            f"  mifa {n:,} clients, {args.spill_per_round} a round, {args.spill_rounds} rounds, "
+            f"object store capped at {cap} MiB: memories y_i "
+            f"{mem:.0f} MB at the end; Ray spilled {r['spilled_mib']:.0f} MiB "
+            f"({r['spilled_objects']} objects) and restored {r['restored_mib']:.0f} MiB; "
+            "the server process's private memory (RssAnon) "
+            f"{r['server_first_rss'] / 1e6:.0f} MB when "
+            f"first seen, {r['server_peak_rss'] / 1e6:.0f} MB at its peak; "
+            f"{r['round_s']:.2f} s/round; run {r['status']}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -31,22 +31,32 @@ def main() -> None:
     rates = {}
     for conc, reuse in ((1, True), (derived, True), (derived, False)):
         spec = dataclasses.replace(
-            base, final=None, results_dir=tempfile.mkdtemp(prefix=f"sweep-c{conc}-"),
-            search=dataclasses.replace(base.search, num_samples=args.samples,
-                                       max_concurrent_trials=conc),
+            base,
+            final=None,
+            results_dir=tempfile.mkdtemp(prefix=f"sweep-c{conc}-"),
+            search=dataclasses.replace(
+                base.search, num_samples=args.samples, max_concurrent_trials=conc
+            ),
             trial=dataclasses.replace(base.trial, reuse_actors=reuse),
-        )  # fmt: skip
+        )
         t0 = time.perf_counter()
         out = run_sweep(spec, say=lambda m: None)
         wall = time.perf_counter() - t0
         done = int((out.trials["status"] == "finished").sum())
         rates[conc, reuse] = done / wall * 3600
-        print(f"concurrency {conc}, reuse_actors={reuse}: {done} trials in {wall:.1f} s = "
-              f"{rates[conc, reuse]:.0f} trials/hour", flush=True)  # fmt: skip
-    print(f"throughput ratio, concurrency {derived} / 1: "
-          f"{rates[derived, True] / rates[1, True]:.2f}   (goal >= 1.6 on 2 CPUs)")  # fmt: skip
-    print(f"throughput ratio, reused / fresh trial processes: "
-          f"{rates[derived, True] / rates[derived, False]:.2f}   (goal >= 1.3)")  # fmt: skip
+        print(
+            f"concurrency {conc}, reuse_actors={reuse}: {done} trials in {wall:.1f} s = "
+            f"{rates[conc, reuse]:.0f} trials/hour",
+            flush=True,
+        )
+    print(
+        f"throughput ratio, concurrency {derived} / 1: "
+        f"{rates[derived, True] / rates[1, True]:.2f}   (goal >= 1.6 on 2 CPUs)"
+    )
+    print(
+        f"throughput ratio, reused / fresh trial processes: "
+        f"{rates[derived, True] / rates[derived, False]:.2f}   (goal >= 1.3)"
+    )
     ray.shutdown()
 
 

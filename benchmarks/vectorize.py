@@ -76,16 +76,23 @@ def main() -> None:
             torch.use_deterministic_algorithms(False)
             torch.backends.cudnn.deterministic = False
             torch.backends.cudnn.benchmark = True
-        print(f"CUDA: TF32 in convolutions {torch.backends.cudnn.allow_tf32}, in matrix "
-              f"products {torch.backends.cuda.matmul.allow_tf32}; deterministic kernels "
-              f"{not args.fast_kernels}")  # fmt: skip
+        print(
+            f"CUDA: TF32 in convolutions {torch.backends.cudnn.allow_tf32}, in matrix "
+            f"products {torch.backends.cuda.matmul.allow_tf32}; deterministic kernels "
+            f"{not args.fast_kernels}"
+        )
     w = W.load("cnn_valid", args.samples)
     info, train = w.data.info, w.data.train
     model = w.model()
     layout = StateLayout.from_model(model)
     w0 = layout.flatten(model)
-    kw = dict(seed=W.SEED, epochs=args.epochs or W.EPOCHS, batch_size=W.BATCH, momentum=W.MOMENTUM,
-              weight_decay=W.WEIGHT_DECAY)  # fmt: skip
+    kw = dict(
+        seed=W.SEED,
+        epochs=args.epochs or W.EPOCHS,
+        batch_size=W.BATCH,
+        momentum=W.MOMENTUM,
+        weight_decay=W.WEIGHT_DECAY,
+    )
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {"plain-2t": [], "loop": [], "vector": []}
     diffs, rels, util = [], [], []
@@ -101,8 +108,24 @@ def main() -> None:
         torch.set_num_threads(args.threads)
         sync()
         start = time.perf_counter()
-        loop = [local_update(model, layout, w0, {}, train, w.parts[c], info, round_=t, client=c,
-                             lr=W.LR, amp=False, device=dev, **kw) for c in clients]  # fmt: skip
+        loop = [
+            local_update(
+                model,
+                layout,
+                w0,
+                {},
+                train,
+                w.parts[c],
+                info,
+                round_=t,
+                client=c,
+                lr=W.LR,
+                amp=False,
+                device=dev,
+                **kw,
+            )
+            for c in clients
+        ]
         sync()
         times["loop"].append(time.perf_counter() - start)
         ordered = sorted(clients)
@@ -114,18 +137,36 @@ def main() -> None:
         start = time.perf_counter()
         vec = []
         for k in range(0, len(requests), args.group):
-            vec += local_update_many(model, layout, requests[k : k + args.group], train, info,
-                                     device=dev, **kw)  # fmt: skip
+            vec += local_update_many(
+                model, layout, requests[k : k + args.group], train, info, device=dev, **kw
+            )
         sync()
         times["vector"].append(time.perf_counter() - start)
         sampling.clear()
         by_client = dict(zip(ordered, vec, strict=True))
         if args.cpu_reference and t == 1 and dev.type == "cuda":
-            ref = [local_update(model, layout, w0, {}, train, w.parts[c], info, round_=t,
-                                client=c, lr=W.LR, amp=False, device="cpu", **kw).delta
-                   for c in clients]  # fmt: skip
-            for name, arm in (("loop", [r.delta for r in loop]),
-                              ("vector", [by_client[c].delta for c in clients])):  # fmt: skip
+            ref = [
+                local_update(
+                    model,
+                    layout,
+                    w0,
+                    {},
+                    train,
+                    w.parts[c],
+                    info,
+                    round_=t,
+                    client=c,
+                    lr=W.LR,
+                    amp=False,
+                    device="cpu",
+                    **kw,
+                ).delta
+                for c in clients
+            ]
+            for name, arm in (
+                ("loop", [r.delta for r in loop]),
+                ("vector", [by_client[c].delta for c in clients]),
+            ):
                 worst = max(float((a - r).norm() / r.norm()) for a, r in zip(arm, ref, strict=True))
                 print(f"round 1, CUDA {name} vs the CPU per-client loop: max rel L2 {worst:.2e}")
         if args.profile and t == args.rounds and dev.type == "cuda":
@@ -133,17 +174,21 @@ def main() -> None:
 
             with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
                 for k in range(0, len(requests), args.group):
-                    local_update_many(model, layout, requests[k : k + args.group], train, info,
-                                      device=dev, **kw)  # fmt: skip
+                    local_update_many(
+                        model, layout, requests[k : k + args.group], train, info, device=dev, **kw
+                    )
                 sync()
             print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=15))
             print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=15))
         pairs = [(r.delta, by_client[c].delta) for c, r in zip(clients, loop, strict=True)]
         diffs.append(max(float((a - b).abs().max()) for a, b in pairs))
         rels.append(max(float((a - b).norm() / a.norm()) for a, b in pairs))
-        print(f"round {t}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v)
-              + f", max |dDelta| {diffs[-1]:.2e}, max rel L2 {rels[-1]:.2e}",
-              flush=True)  # fmt: skip
+        print(
+            f"round {t}: "
+            + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v)
+            + f", max |dDelta| {diffs[-1]:.2e}, max rel L2 {rels[-1]:.2e}",
+            flush=True,
+        )
     med = {k: statistics.median(v) for k, v in times.items() if v}
     print(
         f"\ndevice {args.device}, threads {args.threads}, {args.per_round} clients a round, "
@@ -151,8 +196,10 @@ def main() -> None:
     )
     for k, v in med.items():
         print(f"  {k:9s} {v:7.2f} s")
-    print(f"  vector / loop     {med['vector'] / med['loop']:.3f}  "
-          f"(speed-up {med['loop'] / med['vector']:.2f}x)")  # fmt: skip
+    print(
+        f"  vector / loop     {med['vector'] / med['loop']:.3f}  "
+        f"(speed-up {med['loop'] / med['vector']:.2f}x)"
+    )
     if "plain-2t" in med:
         print(f"  vector / plain-2t {med['vector'] / med['plain-2t']:.3f}")
         print(f"  loop / plain-2t   {med['loop'] / med['plain-2t']:.3f}")

@@ -19,8 +19,12 @@ HIDDEN = {"cnn_valid": 512, "cnn": 128}
 
 def data_config(samples: int = 20000) -> dict[str, Any]:
     """The ``data`` section: ``samples`` training images after the validation/test carve-outs."""
-    return {"name": "synthetic", "synthetic_samples": int(samples / 0.72),
-            "synthetic_shape": [1, 28, 28], "synthetic_classes": 10}  # fmt: skip
+    return {
+        "name": "synthetic",
+        "synthetic_samples": int(samples / 0.72),
+        "synthetic_shape": [1, 28, 28],
+        "synthetic_classes": 10,
+    }
 
 
 def run_config(model: str, rounds: int, samples: int, backend: str, results: str) -> dict:
@@ -29,12 +33,22 @@ def run_config(model: str, rounds: int, samples: int, backend: str, results: str
         "seed": SEED,
         "data": data_config(samples),
         "model": {"name": model, "hidden": HIDDEN[model]},
-        "train": {"epochs": EPOCHS, "batch_size": BATCH, "lr": LR, "momentum": MOMENTUM,
-                  "weight_decay": WEIGHT_DECAY, "threads": 1},
-        "fl": {"num_clients": CLIENTS, "clients_per_round": PER_ROUND, "rounds": rounds,
-               "eval_every": 1},
+        "train": {
+            "epochs": EPOCHS,
+            "batch_size": BATCH,
+            "lr": LR,
+            "momentum": MOMENTUM,
+            "weight_decay": WEIGHT_DECAY,
+            "threads": 1,
+        },
+        "fl": {
+            "num_clients": CLIENTS,
+            "clients_per_round": PER_ROUND,
+            "rounds": rounds,
+            "eval_every": 1,
+        },
         "partition": {"kind": "dirichlet", "alpha": ALPHA, "min_size": MIN_SIZE},
         "method": {"name": "fedavg", "topk_ratio": 1.0},
         "engine": {"backend": backend},
         "results_dir": results,
-    }  # fmt: skip
+    }

@@ -37,7 +37,8 @@ from workload_spec import (  # noqa: F401 - re-exported: W.SEED, W.run_config, .
     run_config,
 )
 
-from reuse_ray.config import DataConfig, from_dict
+from reuse_ray.config import DataConfig
+from reuse_ray.configio import from_dict
 from reuse_ray.data import load_dataset, make_partition, to_tensor
 from reuse_ray.data.registry import FederatedData
 from reuse_ray.models import init_model

@@ -34,8 +34,8 @@ from reuse_ray.algorithms import (
     register,
     sample_weights,
 )
+from reuse_ray.checks import check_range
 from reuse_ray.codecs import SparseUpdate
-from reuse_ray.config import check_range
 
 # magic, round, client, number of tensors (a format string: the module travels by value to Ray
 # workers, and a struct.Struct object cannot be pickled)
@@ -123,8 +123,9 @@ class SignEF:
         p = res.delta if task.local is None else res.delta + task.local  # task.local: e_i
         c, scales = sign_compress(p, self.env)
         error = self.memory_decay * (p - c)
-        return ClientResult((encode(c, scales, task, self.env),), error, res.mean_loss,
-                            res.steps, res.finite)  # fmt: skip
+        return ClientResult(
+            (encode(c, scales, task, self.env),), error, res.mean_loss, res.steps, res.finite
+        )
 
     def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
         return decode(messages[0], self.env)

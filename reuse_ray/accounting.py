@@ -1,4 +1,4 @@
-"""Byte ledgers (ALGORITHMS.md §3.1–§3.3).
+"""Byte ledgers (design: Ledgers).
 
 Two ledgers are kept side by side for every round and client:
 

@@ -33,5 +33,7 @@ def retain_freed_memory() -> bool:
         libc = ctypes.CDLL("libc.so.6")
     except OSError:
         return False
-    return bool(libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-                and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD))  # fmt: skip
+    return bool(
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD)
+        and libc.mallopt(_M_TRIM_THRESHOLD, TRIM_THRESHOLD)
+    )

@@ -62,8 +62,11 @@ def _encode(obj: Any, tensors: list[torch.Tensor]) -> Any:
         return _encode(obj.item(), tensors)
     if isinstance(obj, bytes | bytearray):
         data = bytearray(obj)
-        tensors.append(torch.frombuffer(data, dtype=torch.uint8).clone() if data
-                       else torch.zeros(0, dtype=torch.uint8))  # fmt: skip
+        tensors.append(
+            torch.frombuffer(data, dtype=torch.uint8).clone()
+            if data
+            else torch.zeros(0, dtype=torch.uint8)
+        )
         return {"__bytes__": len(tensors) - 1}
     if isinstance(obj, ClientTable):
         return {"__table__": _encode(obj.values_dict(), tensors)}
@@ -80,9 +83,10 @@ def _encode(obj: Any, tensors: list[torch.Tensor]) -> Any:
         cls = type(obj)
         return {
             "__dataclass__": f"{cls.__module__}:{cls.__qualname__}",
-            "fields": {f.name: _encode(getattr(obj, f.name), tensors)
-                       for f in dataclasses.fields(obj)},
-        }  # fmt: skip
+            "fields": {
+                f.name: _encode(getattr(obj, f.name), tensors) for f in dataclasses.fields(obj)
+            },
+        }
     raise CheckpointError(f"cannot store a {type(obj).__name__} in a checkpoint")
 
 
@@ -149,8 +153,9 @@ def loads(blob: bytes) -> Any:
     try:
         doc = torch.load(io.BytesIO(blob), weights_only=True, map_location="cpu")
     except Exception as err:  # noqa: BLE001 - any failure: not a checkpoint this version wrote
-        raise CheckpointError(f"not a reuse_ray checkpoint ({type(err).__name__}: "
-                              f"{str(err).splitlines()[0][:200]})") from None  # fmt: skip
+        raise CheckpointError(
+            f"not a reuse_ray checkpoint ({type(err).__name__}: {str(err).splitlines()[0][:200]})"
+        ) from None
     if not isinstance(doc, dict) or doc.get("format") != FORMAT:
         found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
         raise CheckpointError(f"checkpoint format {found!r}; this version reads {FORMAT!r}")

@@ -36,7 +36,7 @@ def _run_overrides(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from .config import load_run_config
+    from .configio import load_run_config
     from .engine import run_fl
     from .results.storage import anchored, display
 
@@ -78,8 +78,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             raise UserError("--final: a study selects and reruns every arm itself; use --resume")
         study = load_study(args.sweep, overrides, scale=args.scale)
         try:
-            run_study(study, resume=args.resume, say=_print, verbose=args.verbose,
-                      mlflow=args.mlflow, address=args.address)  # fmt: skip
+            run_study(
+                study,
+                resume=args.resume,
+                say=_print,
+                verbose=args.verbose,
+                mlflow=args.mlflow,
+                address=args.address,
+            )
         finally:
             _shutdown_ray()
         return 0
@@ -89,8 +95,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         overrides.append(f"base.engine.ray_address={args.address}")
     spec = load_sweep(args.sweep, overrides)
     try:
-        run_sweep(spec, resume=args.resume, final_only=args.final, say=_print,
-                  verbose=args.verbose, mlflow=args.mlflow)  # fmt: skip
+        run_sweep(
+            spec,
+            resume=args.resume,
+            final_only=args.final,
+            say=_print,
+            verbose=args.verbose,
+            mlflow=args.mlflow,
+        )
     finally:
         _shutdown_ray()
     return 0
@@ -105,8 +117,10 @@ def cmd_report(args: argparse.Namespace) -> int:
     for w in caught:
         text = str(w.message)
         if text.startswith("excluded "):  # analysis.load's count of the runs it left out
-            _print(f"note: {text.split('; pass include_unfinished')[0]} (the report compares "
-                   f"finished runs only)")  # fmt: skip
+            _print(
+                f"note: {text.split('; pass include_unfinished')[0]} (the report compares "
+                f"finished runs only)"
+            )
         else:  # any other warning as Python shows it
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     return code
@@ -158,8 +172,11 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     from .data import fetch
 
     if args.dataset in ("digits", "synthetic"):
-        what = ("embedded (scikit-learn's digits)" if args.dataset == "digits"
-                else "generated from the run's seed")  # fmt: skip
+        what = (
+            "embedded (scikit-learn's digits)"
+            if args.dataset == "digits"
+            else "generated from the run's seed"
+        )
         _print(f"{args.dataset} is {what}: there is nothing to fetch")
         return 0
     root = fetch(args.dataset, args.root, args.image_size)
@@ -272,8 +289,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"reuse-ray: {err}", file=sys.stderr)
         return 2
     except Terminated as err:
-        print(f"reuse-ray: {err} — what finished is kept; rerun (or sweep --resume) to "
-              f"continue", file=sys.stderr)  # fmt: skip
+        print(
+            f"reuse-ray: {err} — what finished is kept; rerun (or sweep --resume) to continue",
+            file=sys.stderr,
+        )
         return 128 + err.signum
     except KeyboardInterrupt:
         print("reuse-ray: interrupted", file=sys.stderr)

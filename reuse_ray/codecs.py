@@ -1,10 +1,10 @@
-"""Per-tensor Top-K sparsification and the wire format of the measured ledger (§3.1, §3.3).
+"""Per-tensor Top-K sparsification and the wire format of the measured ledger (design: Ledgers).
 
 * ``topk_count``: k = max(1, ⌊r·d⌋) in exact rational arithmetic (R8); ``rounding="ceil"`` is the
   recorded alternative.
 * ``field_bytes``: the seed's restricted field model B(d) = min(dense, COO, bitmap) (R9).
 * ``topk_sparsify``: keeps the k largest |x| of every state tensor, ties broken by lower flat index
-  (§2.1 test c); r = 1 returns the update unchanged (dense).
+  (methods: FedAvg and the Top-K control); r = 1 returns the update unchanged (dense).
 * ``encode`` / ``decode``: a real byte layout (headers + the cheapest of dense / COO / bitmap per
   tensor, the same choice as the field model), whose length is what the measured ledger records.
 """
@@ -123,7 +123,7 @@ def topk_sparsify(delta: torch.Tensor, layout: StateLayout, r: float) -> SparseU
 def error_feedback_step(
     delta: torch.Tensor, error: torch.Tensor | None, layout: StateLayout, r: float
 ) -> tuple[SparseUpdate, torch.Tensor]:
-    """Fed-EF (§2.11.1): p = Δ + e, c = TopK_r(p), e' = p − c; returns (c, e').
+    """Fed-EF (methods: Fed-EF): p = Δ + e, c = TopK_r(p), e' = p − c; returns (c, e').
 
     c + e' equals p exactly (kept coordinates give p − p = 0, the rest p − 0); with r = 1,
     c = p and e' stays 0.
@@ -146,8 +146,9 @@ def tensor_payloads(update: SparseUpdate, layout: StateLayout) -> list[tuple[int
     if update.is_dense:
         dense = update.values.numpy()
         for s in layout.tensors:
-            out.append((MODE_DENSE, s.numel, dense[s.offset : s.offset + s.numel].astype("<f4")
-                        .tobytes()))  # fmt: skip
+            out.append(
+                (MODE_DENSE, s.numel, dense[s.offset : s.offset + s.numel].astype("<f4").tobytes())
+            )
         return out
     idx_all = update.indices.numpy()
     val_all = update.values.numpy()
@@ -190,10 +191,15 @@ def encode(
     skipped = set(skip)
     chunks = [
         _MSG_HEADER.pack(
-            MAGIC, WIRE_VERSION, kind, round_, client, num_samples,
+            MAGIC,
+            WIRE_VERSION,
+            kind,
+            round_,
+            client,
+            num_samples,
             len(layout.tensors) - len(skipped & set(range(len(layout.tensors)))),
         )
-    ]  # fmt: skip
+    ]
     for tid, ((mode, k, payload), s) in enumerate(
         zip(tensor_payloads(update, layout), layout.tensors, strict=True)
     ):
@@ -246,7 +252,8 @@ class PackedUpdate:
     """A sparse update stored compactly: per tensor its layout mode and k, and one payload.
 
     ``payload`` holds exactly the field model's bytes (bitmap or int32 indices, and fp32
-    values), never a dense-shaped copy, so ``nbytes`` equals Σ_tensors B(d, k) (§2.3.2 cache).
+    values), never a dense-shaped copy, so ``nbytes`` equals Σ_tensors B(d, k) (the DG-FedReuse
+    cache).
     """
 
     modes: bytes
@@ -299,8 +306,13 @@ def decode(blob: bytes, layout: StateLayout) -> Decoded:
         parts.append((idx, vals))
         all_dense &= full
     if not parts:
-        return Decoded(kind, round_, client, n, SparseUpdate(
-            layout.dim, torch.zeros(0, dtype=torch.int64), torch.zeros(0)))  # fmt: skip
+        return Decoded(
+            kind,
+            round_,
+            client,
+            n,
+            SparseUpdate(layout.dim, torch.zeros(0, dtype=torch.int64), torch.zeros(0)),
+        )
     return Decoded(kind, round_, client, n, _assemble(layout, parts, all_dense))
 
 
@@ -313,12 +325,12 @@ def message_kind(blob: bytes) -> int:
 
 
 def encode_skip(round_: int, client: int, num_samples: int) -> bytes:
-    """A lazy client's skip flag: the message header alone (LAQ, §2.12)."""
+    """A lazy client's skip flag: the message header alone (LAQ, methods: LAQ)."""
     return _MSG_HEADER.pack(MAGIC, WIRE_VERSION, KIND_SKIP, round_, client, num_samples, 0)
 
 
 def laq_payload_bytes(dim: int, bits: int) -> int:
-    """The restricted bytes of one LAQ upload: 4 (radius R) + ⌈b·d/8⌉ (§2.12)."""
+    """The restricted bytes of one LAQ upload: 4 (radius R) + ⌈b·d/8⌉ (methods: LAQ)."""
     return 4 + -(-bits * dim // 8)
 
 

@@ -1,10 +1,11 @@
-"""Frozen run configuration, loaded from YAML and validated with messages that name the field.
+"""The run configuration's schema: frozen dataclasses, checked on construction.
 
-Every block is a frozen dataclass; the whole run is one :class:`RunConfig`. Values are read with
-``yaml.safe_load`` and checked on construction: an unknown field, a wrong type or a value out of
-its range raises :class:`ConfigError` naming the dotted field and what is allowed.
+Every block is a frozen dataclass; the whole run is one :class:`RunConfig`. Each block checks its
+values when it is built (:mod:`reuse_ray.checks`): a value out of its range raises
+:class:`ConfigError` naming the dotted field and what is allowed. Reading YAML, ``--set``
+overrides and plain mappings into these classes is :mod:`reuse_ray.configio`'s job.
 
-Protocol defaults follow shared/ALGORITHMS.md §4.1 (DG-FedReuse protocol): 50 clients, 10 per
+Protocol defaults follow methods: The paper's protocol (DG-FedReuse protocol): 50 clients, 10 per
 round, Dirichlet 0.5, 3 local epochs, batch 128, SGD lr 0.05, momentum 0.9, weight decay 1e-4.
 """
 
@@ -13,15 +14,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
-import types
 import typing
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
-from .errors import UserError
-from .yamlio import load_yaml_mapping, parse_yaml
+from .checks import MAX_SEED, ConfigError, check_choice, check_range, ray_address_problem
 
 DATASETS = (
     "digits",
@@ -42,87 +39,12 @@ DEVICES = ("auto", "cpu", "cuda")
 SERVER_PROCESSES = ("worker", "own")
 
 
-MAX_SEED = 2**63 - 1  # seeds are int64 in Parquet and in numpy's SeedSequence entropy
-
-
-class ConfigError(UserError):
-    """A configuration value is unknown, of the wrong type or out of range."""
-
-    def __init__(self, field_path: str, message: str):
-        self.field = field_path
-        super().__init__(f"config field '{field_path}': {message}")
-
-    def prefixed(self, prefix: str) -> ConfigError:
-        inner = str(self).split(": ", 1)[1]
-        return ConfigError(f"{prefix}.{self.field}", inner)
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def _check_range(
-    name: str,
-    value: float,
-    lo: float | None = None,
-    hi: float | None = None,
-    lo_open: bool = False,
-    hi_open: bool = False,
-) -> None:
-    ok = True
-    if lo is not None:
-        ok &= value > lo if lo_open else value >= lo
-    if hi is not None:
-        ok &= value < hi if hi_open else value <= hi
-    if not ok:
-        left = "(" if lo_open else "["
-        right = ")" if hi_open else "]"
-        lo_s = "-inf" if lo is None else repr(lo)
-        hi_s = "inf" if hi is None else repr(hi)
-        raise ConfigError(name, f"{value!r} is out of range; allowed: {left}{lo_s}, {hi_s}{right}")
-
-
-FLOAT32_MAX = 3.4028234663852886e38  # the largest finite float32 (torch.finfo(torch.float32).max)
-
-RAY_ADDRESS_FORMS = "auto, local, host:port (a head node's GCS) or ray://host[:port] (Ray Client)"
-
-
-def ray_address_problem(address: str) -> str | None:
-    """Why ``address`` is not one Ray can connect to (None when it is): ``auto``, ``local``,
-    ``host:port`` or ``ray://host[:port]``, the forms ``ray.init`` takes."""
-    if address in ("auto", "local"):
-        return None
-    if address.startswith(("http://", "https://")):
-        return (f"{address!r} is a dashboard address (what `ray job submit --address` takes); "
-                f"allowed here: {RAY_ADDRESS_FORMS}")  # fmt: skip
-    client = address.startswith("ray://")
-    rest = address.removeprefix("ray://")
-    host, sep, port = rest.rpartition(":")
-    if not sep:  # no port: only a Ray Client address may omit it
-        host, port = rest, None
-    host = host.removeprefix("[").removesuffix("]")  # an IPv6 host in brackets
-    if not host or any(c in host for c in "/ ?#@") or (port is None and not client):
-        return f"{address!r}; allowed: {RAY_ADDRESS_FORMS}"
-    if port is not None and not (port.isdigit() and 0 < int(port) < 65536):
-        return f"{address!r}: port {port!r} is not a number in 1..65535"
-    return None
-
-
-def _check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(name, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
-
-
-# the checks a method module's config block uses (see reuse_ray/algorithms/registry.py)
-check_range = _check_range
-check_choice = _check_choice
-
-
 # --------------------------------------------------------------------------- blocks
 
 
 @dataclass(frozen=True)
 class DataConfig:
-    """Dataset choice and splits (ALGORITHMS.md §4.1, §6 item 1)."""
+    """Dataset choice and splits (methods: The paper's protocol; design: Validation-only search)."""
 
     name: str = "digits"  # one of DATASETS
     root: str | None = None  # data root; None -> $REUSE_RAY_DATA -> ~/.cache/reuse_ray/data
@@ -136,22 +58,22 @@ class DataConfig:
     synthetic_noise: float = 1.0  # synthetic: noise std around each class template
 
     def __post_init__(self) -> None:
-        _check_choice("name", self.name, DATASETS)
-        _check_range("val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
-        _check_range("split_seed", self.split_seed, 0, MAX_SEED)
-        _check_choice("image_size", str(self.image_size), ("28", "64", "128", "224"))
-        _check_range("synthetic_samples", self.synthetic_samples, 20)
+        check_choice("name", self.name, DATASETS)
+        check_range("val_fraction", self.val_fraction, 0.0, 1.0, lo_open=True, hi_open=True)
+        check_range("split_seed", self.split_seed, 0, MAX_SEED)
+        check_choice("image_size", str(self.image_size), ("28", "64", "128", "224"))
+        check_range("synthetic_samples", self.synthetic_samples, 20)
         if len(self.synthetic_shape) != 3 or min(self.synthetic_shape) < 1:
             raise ConfigError(
                 "synthetic_shape", f"{self.synthetic_shape!r}; allowed: [C, H, W] >= 1"
             )
-        _check_range("synthetic_classes", self.synthetic_classes, 2)
-        _check_range("synthetic_noise", self.synthetic_noise, 0.0)
+        check_range("synthetic_classes", self.synthetic_classes, 2)
+        check_range("synthetic_noise", self.synthetic_noise, 0.0)
 
 
 @dataclass(frozen=True)
 class PartitionConfig:
-    """How the training split is spread over clients (ALGORITHMS.md §4.1)."""
+    """How the training split is spread over clients (methods: The paper's protocol)."""
 
     kind: str = "dirichlet"  # dirichlet | iid | shards
     alpha: float = 0.5  # Dirichlet concentration
@@ -159,10 +81,10 @@ class PartitionConfig:
     shards_per_client: int = 2  # shards partition
 
     def __post_init__(self) -> None:
-        _check_choice("kind", self.kind, PARTITIONS)
-        _check_range("alpha", self.alpha, 0.0, lo_open=True)
-        _check_range("min_size", self.min_size, 1)
-        _check_range("shards_per_client", self.shards_per_client, 1)
+        check_choice("kind", self.kind, PARTITIONS)
+        check_range("alpha", self.alpha, 0.0, lo_open=True)
+        check_range("min_size", self.min_size, 1)
+        check_range("shards_per_client", self.shards_per_client, 1)
 
 
 @dataclass(frozen=True)
@@ -174,13 +96,13 @@ class ModelConfig:
     hidden: int = 128  # width of the CNN's hidden linear layer
 
     def __post_init__(self) -> None:
-        _check_choice("name", self.name, MODELS)
-        _check_range("hidden", self.hidden, 1)
+        check_choice("name", self.name, MODELS)
+        check_range("hidden", self.hidden, 1)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Local training, ALGORITHMS.md §1.3."""
+    """Local training, methods: Conventions."""
 
     epochs: int = 3
     batch_size: int = 128
@@ -193,26 +115,26 @@ class TrainConfig:
     eval_batch_size: int = 1024
 
     def __post_init__(self) -> None:
-        _check_range("epochs", self.epochs, 1)
-        _check_range("batch_size", self.batch_size, 1)
-        _check_range("lr", self.lr, 0.0, lo_open=True)
-        _check_range("momentum", self.momentum, 0.0, 1.0, hi_open=True)
-        _check_range("weight_decay", self.weight_decay, 0.0)
-        _check_choice("augment", self.augment, AUGMENTS)
-        _check_range("threads", self.threads, 1)
-        _check_range("eval_batch_size", self.eval_batch_size, 1)
+        check_range("epochs", self.epochs, 1)
+        check_range("batch_size", self.batch_size, 1)
+        check_range("lr", self.lr, 0.0, lo_open=True)
+        check_range("momentum", self.momentum, 0.0, 1.0, hi_open=True)
+        check_range("weight_decay", self.weight_decay, 0.0)
+        check_choice("augment", self.augment, AUGMENTS)
+        check_range("threads", self.threads, 1)
+        check_range("eval_batch_size", self.eval_batch_size, 1)
 
 
 @dataclass(frozen=True)
 class FLConfig:
-    """The federation: clients, participation and the fixed round budget (§1.5)."""
+    """The federation: clients, participation and the fixed round budget (design: Runs)."""
 
     num_clients: int = 50
     clients_per_round: int = 10
     rounds: int = 30  # final round T, fixed in advance; the test split is read once, at T
     eval_every: int = 5  # validation at round 1, every eval_every rounds and at T
-    server_lr: float = 1.0  # eta_s of the FedAvg family (§1.7)
-    participation: str = "uniform"  # uniform | bernoulli | two_group | groups | adversarial (§1.4)
+    server_lr: float = 1.0  # eta_s of the FedAvg family (methods: Conventions)
+    participation: str = "uniform"  # uniform | bernoulli | two_group | groups | adversarial
     two_group_a: float = 5.0  # two_group: weight 1+a on the first half of the ids
     group_probs: tuple[float, ...] = (1.0, 0.5)  # groups: p of each contiguous block of ids
     # adversarial (MIFA): p_i = p_min + (p_max − p_min)·min_label_i/(K − 1)
@@ -220,10 +142,10 @@ class FLConfig:
     avail_max: float = 1.0
 
     def __post_init__(self) -> None:
-        _check_choice("participation", self.participation, PARTICIPATION)
-        _check_range("two_group_a", self.two_group_a, 0.0)
-        _check_range("avail_min", self.avail_min, 0.0, 1.0, lo_open=True)
-        _check_range("avail_max", self.avail_max, self.avail_min, 1.0)
+        check_choice("participation", self.participation, PARTICIPATION)
+        check_range("two_group_a", self.two_group_a, 0.0)
+        check_range("avail_min", self.avail_min, 0.0, 1.0, lo_open=True)
+        check_range("avail_max", self.avail_max, self.avail_min, 1.0)
         if not self.group_probs or any(not 0.0 < p <= 1.0 for p in self.group_probs):
             raise ConfigError(
                 "group_probs", f"{list(self.group_probs)!r}; allowed: a non-empty list in (0, 1]"
@@ -234,11 +156,11 @@ class FLConfig:
                 f"{len(self.group_probs)} groups for {self.num_clients} clients; "
                 f"allowed: at most num_clients groups",
             )
-        _check_range("num_clients", self.num_clients, 1)
-        _check_range("clients_per_round", self.clients_per_round, 1)
-        _check_range("rounds", self.rounds, 1)
-        _check_range("eval_every", self.eval_every, 1)
-        _check_range("server_lr", self.server_lr, 0.0, lo_open=True)
+        check_range("num_clients", self.num_clients, 1)
+        check_range("clients_per_round", self.clients_per_round, 1)
+        check_range("rounds", self.rounds, 1)
+        check_range("eval_every", self.eval_every, 1)
+        check_range("server_lr", self.server_lr, 0.0, lo_open=True)
         if self.clients_per_round > self.num_clients:
             raise ConfigError(
                 "clients_per_round",
@@ -258,16 +180,16 @@ class MethodConfig:
 
     name: str = "fedavg"  # a registered method (reuse_ray/algorithms/registry.py)
     topk_ratio: float = 1.0  # r in (0, 1]: per-tensor Top-K keep ratio of the uplink; 1 = dense
-    error_feedback: bool = False  # Fed-EF on the Top-K uplink (§2.11.1): e_i kept per client
+    error_feedback: bool = False  # Fed-EF on the Top-K uplink: e_i kept per client
     module: str | None = None  # a method outside the package: dotted module or .py path
     params: Any = None  # the method's own config block (its registered dataclass), or None
 
     def __post_init__(self) -> None:
-        from .algorithms.registry import get_method
+        from .algorithms.registry import get_method, load_method_module
 
-        _check_range("topk_ratio", self.topk_ratio, 0.0, 1.0, lo_open=True)
+        check_range("topk_ratio", self.topk_ratio, 0.0, 1.0, lo_open=True)
         if self.module is not None:
-            _load_method_module(self.module)
+            load_method_module(self.module)
         try:
             spec = get_method(self.name)
         except KeyError as err:
@@ -305,17 +227,6 @@ class MethodConfig:
         raise AttributeError(f"method config has no field or block {name!r}")
 
 
-def _load_method_module(ref: str) -> None:
-    from .algorithms.registry import load_module
-
-    try:
-        load_module(ref)
-    except FileNotFoundError as err:
-        raise ConfigError("module", str(err).split(": ", 1)[-1]) from None
-    except ImportError as err:
-        raise ConfigError("module", f"cannot import {ref!r}: {err}") from None
-
-
 def _spec(name: str):
     from .algorithms.registry import get_method
 
@@ -326,66 +237,6 @@ def _method_names() -> tuple[str, ...]:
     from .algorithms.registry import method_names
 
     return method_names()
-
-
-def method_from_dict(data: dict[str, Any], path: str = "method") -> MethodConfig:
-    """Build :class:`MethodConfig` from YAML: the shared fields and the named method's block."""
-    from .algorithms.registry import config_blocks
-
-    data = dict(data)
-    shared = {f.name for f in dataclasses.fields(MethodConfig)} - {"params"}
-    if "params" in data:
-        raise ConfigError(f"{path}.params", "not a YAML field; give the method's own block")
-    if data.get("module") is not None:
-        if not isinstance(data["module"], str):
-            raise ConfigError(f"{path}.module", f"expected a string, got {data['module']!r}")
-        try:
-            _load_method_module(data["module"])
-        except ConfigError as err:
-            raise err.prefixed(path) from None
-    name = data.get("name", "fedavg")
-    if not isinstance(name, str):
-        raise ConfigError(f"{path}.name", f"expected a string, got {name!r}")
-    try:
-        spec = _spec(name)
-    except KeyError as err:
-        raise ConfigError(f"{path}.name", str(err.args[0])) from None
-    blocks = config_blocks()
-    params = None
-    for key in list(data):
-        if key in shared:
-            continue
-        if key == spec.block:
-            block = data.pop(key)
-            if block is None:
-                block = {}
-            if not isinstance(block, dict):
-                raise ConfigError(f"{path}.{key}", f"expected a mapping of fields, got {block!r}")
-            params = from_dict(spec.config, block, f"{path}.{key}")
-        elif key in blocks:
-            raise ConfigError(
-                f"{path}.{key}",
-                f"a block of method(s) {', '.join(_block_owners(key))}, but {path}.name is "
-                f"{name!r}; remove it" + (f" (this method's block is {path}.{spec.block})"
-                                          if spec.block else ""),
-            )  # fmt: skip
-        else:
-            allowed = sorted(shared) + ([spec.block] if spec.block else [])
-            raise ConfigError(f"{path}.{key}", f"unknown field; allowed: {', '.join(allowed)}")
-    hints = _field_types(MethodConfig)
-    kwargs = {k: _coerce(f"{path}.{k}", hints[k], v) for k, v in data.items() if k in shared}
-    try:
-        return MethodConfig(**kwargs, params=params)
-    except ConfigError as err:
-        if not err.field.startswith(path + "."):
-            raise err.prefixed(path) from None
-        raise
-
-
-def _block_owners(block: str) -> list[str]:
-    from .algorithms.registry import block_owners
-
-    return block_owners(block)
 
 
 @dataclass(frozen=True)
@@ -418,19 +269,21 @@ class EngineConfig:
     channels_last: bool = False
 
     def __post_init__(self) -> None:
-        _check_choice("backend", self.backend, BACKENDS)
+        check_choice("backend", self.backend, BACKENDS)
         if self.ray_address is not None and (problem := ray_address_problem(self.ray_address)):
             raise ConfigError("ray_address", problem)
         if self.channels_last and self.vectorize:
-            raise ConfigError("channels_last", "applies to the per-client loop; allowed with "
-                              "engine.vectorize: false only")  # fmt: skip
-        _check_range("vectorize_group", self.vectorize_group, 1)
-        _check_range("num_workers", self.num_workers, 0)
-        _check_range("cpu_per_worker", self.cpu_per_worker, 0.0, lo_open=True)
-        _check_range("gpu_fraction", self.gpu_fraction, 0.0, 1.0, lo_open=True)
-        _check_choice("device", self.device, DEVICES)
-        _check_range("server_snapshot_every", self.server_snapshot_every, 0)
-        _check_choice("server_process", self.server_process, SERVER_PROCESSES)
+            raise ConfigError(
+                "channels_last",
+                "applies to the per-client loop; allowed with engine.vectorize: false only",
+            )
+        check_range("vectorize_group", self.vectorize_group, 1)
+        check_range("num_workers", self.num_workers, 0)
+        check_range("cpu_per_worker", self.cpu_per_worker, 0.0, lo_open=True)
+        check_range("gpu_fraction", self.gpu_fraction, 0.0, 1.0, lo_open=True)
+        check_choice("device", self.device, DEVICES)
+        check_range("server_snapshot_every", self.server_snapshot_every, 0)
+        check_choice("server_process", self.server_process, SERVER_PROCESSES)
 
 
 @dataclass(frozen=True)
@@ -450,7 +303,7 @@ class RunConfig:
     results_dir: str = ""
 
     def __post_init__(self) -> None:
-        _check_range("seed", self.seed, 0, MAX_SEED)
+        check_range("seed", self.seed, 0, MAX_SEED)
 
     def replace(self, **changes: Any) -> RunConfig:
         return dataclasses.replace(self, **changes)
@@ -473,87 +326,11 @@ def _is_non_identity(key: str) -> bool:
     return key == "results_dir" or key.startswith("engine.") or key == "data.root"
 
 
-# --------------------------------------------------------------------------- dict <-> dataclass
+# --------------------------------------------------------------------------- dataclass -> dict
 
 
-def _field_types(cls: type) -> dict[str, Any]:
+def field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
-
-
-def _coerce(path: str, tp: Any, value: Any) -> Any:
-    origin = typing.get_origin(tp)
-    args = typing.get_args(tp)
-    if origin in (typing.Union, types.UnionType):
-        if value is None and type(None) in args:
-            return None
-        inner = [a for a in args if a is not type(None)]
-        return _coerce(path, inner[0], value)
-    if dataclasses.is_dataclass(tp):
-        if not isinstance(value, dict):
-            raise ConfigError(path, f"expected a mapping of fields, got {value!r}")
-        if tp is MethodConfig:
-            return method_from_dict(value, path)
-        return from_dict(tp, value, path)
-    if origin is tuple:
-        if not isinstance(value, list | tuple):
-            raise ConfigError(path, f"expected a list, got {value!r}")
-        return tuple(_coerce(path, args[0], v) for v in value)
-    if tp is bool:
-        if not isinstance(value, bool):
-            raise ConfigError(path, f"expected true or false, got {value!r}")
-        return value
-    if tp is int:  # an integral float such as 2.0 is refused too: say 2
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ConfigError(path, f"expected an integer, got {value!r}")
-        return value
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            number = None
-            if isinstance(value, str):
-                try:
-                    number = float(value)  # YAML reads "1e-4" without a dot as a string
-                except ValueError:
-                    pass
-            if number is None:
-                raise ConfigError(path, f"expected a number, got {value!r}")
-            value = number
-        if not math.isfinite(value):
-            raise ConfigError(path, f"{value!r} is not a finite number; allowed: finite numbers")
-        if abs(value) > FLOAT32_MAX:  # it meets float32 tensors (learning rates, weights …)
-            raise ConfigError(path, f"{value!r} is beyond float32's range; allowed: numbers of "
-                                    f"magnitude at most {FLOAT32_MAX:.4g}")  # fmt: skip
-        return float(value)
-    if tp is str:
-        if isinstance(value, bool):
-            raise ConfigError(
-                path, f"expected a string, got {value!r}; YAML reads unquoted off/on/yes/no as "
-                "booleans, so quote the word (e.g. 'off')",
-            )  # fmt: skip
-        if not isinstance(value, str):
-            raise ConfigError(path, f"expected a string, got {value!r}")
-        return value
-    raise TypeError(f"unsupported config type {tp!r} at {path}")
-
-
-T = typing.TypeVar("T")
-
-
-def from_dict(cls: type[T], data: dict[str, Any], path: str = "") -> T:
-    """Build a config dataclass from a plain mapping, rejecting unknown fields."""
-    hints = _field_types(cls)
-    names = [f.name for f in dataclasses.fields(cls)]  # type: ignore[arg-type]
-    kwargs: dict[str, Any] = {}
-    for key, value in data.items():
-        full = f"{path}.{key}" if path else str(key)
-        if key not in names:
-            raise ConfigError(full, f"unknown field; allowed: {', '.join(names)}")
-        kwargs[key] = _coerce(full, hints[key], value)
-    try:
-        return cls(**kwargs)
-    except ConfigError as err:
-        if path and not err.field.startswith(path + "."):
-            raise err.prefixed(path) from None
-        raise
 
 
 def _items(cfg: Any) -> list[tuple[str, Any]]:
@@ -600,7 +377,7 @@ def flatten(cfg: Any, prefix: str = "") -> dict[str, Any]:
 def flat_field_types(cls: type = RunConfig, prefix: str = "") -> dict[str, Any]:
     """Dotted key -> Python type for every leaf of a config class (for the Parquet schema)."""
     out: dict[str, Any] = {}
-    hints = _field_types(cls)
+    hints = field_types(cls)
     if cls is MethodConfig:  # the shared fields, then every registered method's block
         from .algorithms.registry import config_blocks
 
@@ -612,58 +389,3 @@ def flat_field_types(cls: type = RunConfig, prefix: str = "") -> dict[str, Any]:
         else:
             out[key] = tp
     return out
-
-
-def set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
-    """Set ``a.b.c = value`` inside nested dicts, creating levels as needed."""
-    parts = dotted.split(".")
-    cur = data
-    for p in parts[:-1]:
-        nxt = cur.setdefault(p, {})
-        if not isinstance(nxt, dict):
-            raise ConfigError(dotted, f"'{p}' is not a block of fields")
-        cur = nxt
-    cur[parts[-1]] = value
-
-
-def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
-    """Apply ``--set a.b=value`` overrides; values are parsed with yaml.safe_load."""
-    for item in overrides:
-        if "=" not in item:
-            raise ConfigError(item, "override must look like a.b=value")
-        key, raw = item.split("=", 1)
-        if not all(part.strip() for part in key.split(".")):
-            raise ConfigError(item, "override must look like a.b=value (a field name on each "
-                                    "side of every dot)")  # fmt: skip
-        value = parse_yaml(raw, f"--set {item}") if raw.strip() else ""
-        if isinstance(value, bool) and raw.strip().lower() not in ("true", "false"):
-            value = raw.strip()  # off/on/yes/no on the command line mean the word
-        set_dotted(data, key.strip(), value)
-    return data
-
-
-SWEEP_KEYS = ("name", "base", "search", "trial", "final", "results_dir", "checkpoint_every")
-
-
-def load_config_dict(path: str | Path) -> dict[str, Any]:
-    """Read a run config YAML; a sweep file's ``base:`` block is the run config."""
-    raw = load_yaml_mapping(path, "config file")
-    if "base" in raw:
-        stray = sorted(k for k in raw if k not in SWEEP_KEYS)
-        if stray:
-            raise ConfigError(
-                stray[0], f"{path} is a sweep file (it has base:), so run-config fields belong "
-                "under base:; allowed at its top: " + ", ".join(SWEEP_KEYS),
-            )  # fmt: skip
-        base = raw["base"] or {}
-        if not isinstance(base, dict):
-            raise ConfigError("base", "expected a mapping of run-config fields")
-        return dict(base)
-    return raw
-
-
-def load_run_config(path: str | Path, overrides: list[str] | None = None) -> RunConfig:
-    """Load, override and validate a run config."""
-    data = load_config_dict(path)
-    apply_overrides(data, overrides or [])
-    return from_dict(RunConfig, data)

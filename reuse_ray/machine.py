@@ -45,8 +45,11 @@ def machine_kind(device: str = "cpu") -> dict[str, str]:
 
     # plain strings (torch's version is a str subclass of torch's): the kind travels to a
     # driver that imports no torch
-    kind = {"cpu": _cpu_name(), "torch": str(torch.__version__),
-            "capability": str(torch.backends.cpu.get_cpu_capability())}  # fmt: skip
+    kind = {
+        "cpu": _cpu_name(),
+        "torch": str(torch.__version__),
+        "capability": str(torch.backends.cpu.get_cpu_capability()),
+    }
     if device == "cuda" and torch.cuda.is_available():
         kind["gpu"] = str(torch.cuda.get_device_name(torch.cuda.current_device()))
     return kind
@@ -67,7 +70,9 @@ def mixed_kinds_note(kinds: list[dict[str, str]]) -> str | None:
     if len(counts) < 2:
         return None
     mix = "; ".join(f"{n} on {name}" for name, n in sorted(counts.items()))
-    return (f"the client workers run on {len(counts)} kinds of machine ({mix}): a client's "
-            "update can differ in the last bits with the worker that trains it, so a rerun "
-            "of this config may not reproduce this run bit for bit; for reproducible runs "
-            "give the client workers nodes of one kind")  # fmt: skip
+    return (
+        f"the client workers run on {len(counts)} kinds of machine ({mix}): a client's "
+        "update can differ in the last bits with the worker that trains it, so a rerun "
+        "of this config may not reproduce this run bit for bit; for reproducible runs "
+        "give the client workers nodes of one kind"
+    )

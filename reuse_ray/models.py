@@ -1,6 +1,7 @@
-"""Models of ALGORITHMS.md §4.1: the shallow CNN and torchvision ResNet-18, and the head rule.
+"""The protocol's models (methods: The paper's protocol): the shallow CNN, ResNet-18, the head rule.
 
-The head (§2.3.4) is every parameter whose name contains ``classifier`` or ``fc``. The shallow
+The head (methods: DG-FedReuse) is every parameter whose name contains ``classifier`` or ``fc``.
+The shallow
 CNN names only its final linear layer ``fc``; its hidden linear layer is ``hidden``, so the head
 is the last layer alone. torchvision's ResNet-18 head is ``fc.weight`` and ``fc.bias``.
 """
@@ -23,8 +24,15 @@ class ShallowCNN(nn.Module):
     MNIST CNN (``cnn_valid``: 28 → 24 → 12 → 8 → 4, so 64·4·4 = 1024 features for the hidden
     layer), about half the convolution work."""
 
-    def __init__(self, in_channels: int, num_classes: int, height: int, width: int, hidden: int,
-                 padding: int = 2):  # fmt: skip
+    def __init__(
+        self,
+        in_channels: int,
+        num_classes: int,
+        height: int,
+        width: int,
+        hidden: int,
+        padding: int = 2,
+    ):
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, 32, kernel_size=5, padding=padding)
         self.conv2 = nn.Conv2d(32, 64, kernel_size=5, padding=padding)
@@ -62,20 +70,24 @@ class ShallowCNN(nn.Module):
         A, B = x.shape[:2]
         convs = ("conv1", "conv2")
         if not (x.device.type != "cpu" if grouped is None else grouped):
-            h = torch.stack([
-                self._features(x[a], [(p[f"{n}.weight"][a], p[f"{n}.bias"][a]) for n in convs])
-                for a in range(A)
-            ])  # fmt: skip
+            h = torch.stack(
+                [
+                    self._features(x[a], [(p[f"{n}.weight"][a], p[f"{n}.bias"][a]) for n in convs])
+                    for a in range(A)
+                ]
+            )
         else:
             h = x.transpose(0, 1).reshape(B, A * x.shape[2], *x.shape[3:])  # (model, c)
             for name in convs:
                 conv, w, b = getattr(self, name), p[f"{name}.weight"], p[f"{name}.bias"]
-                h = nn.functional.conv2d(h, w.reshape(-1, *w.shape[2:]), b.reshape(-1),
-                                         padding=conv.padding, groups=A)  # fmt: skip
+                h = nn.functional.conv2d(
+                    h, w.reshape(-1, *w.shape[2:]), b.reshape(-1), padding=conv.padding, groups=A
+                )
                 h = nn.functional.max_pool2d(torch.relu(h), 2)
             h = h.reshape(B, A, -1).transpose(0, 1)  # (A, B, features), as forward flattens
-        h = torch.relu(torch.baddbmm(p["hidden.bias"].unsqueeze(1), h,
-                                     p["hidden.weight"].transpose(1, 2)))  # fmt: skip
+        h = torch.relu(
+            torch.baddbmm(p["hidden.bias"].unsqueeze(1), h, p["hidden.weight"].transpose(1, 2))
+        )
         return torch.baddbmm(p["fc.bias"].unsqueeze(1), h, p["fc.weight"].transpose(1, 2))
 
     def _features(self, x: torch.Tensor, wb: list[tuple[torch.Tensor, torch.Tensor]]):
@@ -96,7 +108,8 @@ def resnet18(in_channels: int, num_classes: int) -> nn.Module:
 
 
 def resolve_model_name(model_name: str, dataset: str) -> str:
-    """``auto`` means ResNet-18 for CIFAR and the shallow CNN otherwise (§4.1)."""
+    """``auto`` means ResNet-18 for CIFAR and the shallow CNN otherwise (methods: The paper's
+    protocol)."""
     if model_name != "auto":
         return model_name
     return "resnet18" if dataset.startswith("cifar") else "cnn"
@@ -119,7 +132,8 @@ def build_model(
 def init_model(
     name: str, shape: tuple[int, int, int], num_classes: int, seed: int, hidden: int = 128
 ) -> nn.Module:
-    """Build a model whose initial weights come from the keyed ``model_init`` stream (§1.6)."""
+    """Build a model whose initial weights come from the keyed ``model_init`` stream
+    (design: Keyed streams and pairing)."""
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(torch_seed(seed, Purpose.MODEL_INIT))
         return build_model(name, shape, num_classes, hidden)
@@ -137,5 +151,5 @@ def set_memory_format(model: nn.Module, channels_last: bool) -> nn.Module:
 
 
 def head_parameter_names(model: nn.Module) -> list[str]:
-    """Names of the head parameters: those containing 'classifier' or 'fc' (§2.3.4)."""
+    """The head parameters: names containing 'classifier' or 'fc' (methods: DG-FedReuse)."""
     return [n for n, _ in model.named_parameters() if any(k in n for k in HEAD_KEYS)]

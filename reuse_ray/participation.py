@@ -1,4 +1,5 @@
-"""Client participation models (ALGORITHMS.md §1.4), each drawn from the keyed RNG (§1.6).
+"""Client participation models (methods: Conventions), each drawn from the keyed RNG
+(design: Keyed streams and pairing).
 
 * ``uniform``: S_t = m distinct ids drawn uniformly without replacement; p_i = m/N.
 * ``bernoulli``: each client joins independently with p_i = m/N; |S_t| is random and may be 0.
@@ -27,7 +28,7 @@ from .rng import Purpose, generator
 
 
 def uniform_selection(seed: int, round_: int, num_clients: int, per_round: int) -> list[int]:
-    """S_t: ``per_round`` distinct ids drawn uniformly, sorted ascending (§1.5)."""
+    """S_t: ``per_round`` distinct ids drawn uniformly, sorted ascending (design: Runs)."""
     rng = generator(seed, Purpose.SELECT, round_)
     return sorted(int(i) for i in rng.choice(num_clients, size=per_round, replace=False))
 
@@ -98,5 +99,6 @@ def select_clients(cfg: RunConfig, round_: int, probs: np.ndarray | None = None)
     fl = cfg.fl
     if fl.participation == "uniform":
         return uniform_selection(cfg.seed, round_, fl.num_clients, fl.clients_per_round)
-    return bernoulli_selection(cfg.seed, round_, participation_probs(cfg) if probs is None
-                               else probs)  # fmt: skip
+    return bernoulli_selection(
+        cfg.seed, round_, participation_probs(cfg) if probs is None else probs
+    )

@@ -1,4 +1,4 @@
-"""Keyed random streams (shared/ALGORITHMS.md §1.6).
+"""Keyed random streams (design: Keyed streams and pairing).
 
 Every random quantity in a run is drawn from a stream keyed by
 ``(base_seed, purpose, round, client)``. Two methods run with one base seed therefore see

@@ -1,4 +1,4 @@
-"""The communicated state vector w (ALGORITHMS.md §1.2).
+"""The communicated state vector w (methods: Conventions).
 
 ``w`` is the concatenation, in ``state_dict`` order, of every floating-point entry of the model's
 state: trainable parameters and BatchNorm running statistics. Integer buffers
@@ -44,7 +44,7 @@ class StateLayout:
 
     @property
     def dense_bytes(self) -> int:
-        """B0 = 4·d, the bytes of one dense fp32 state (§1.1)."""
+        """B0 = 4·d, the bytes of one dense fp32 state (methods: Conventions)."""
         return 4 * self.dim
 
     def index(self, name: str) -> TensorSpec:
@@ -88,5 +88,5 @@ class StateLayout:
 
 
 def int_buffers(model: nn.Module) -> dict[str, torch.Tensor]:
-    """The non-float state entries the server keeps to itself (§1.2)."""
+    """The non-float state entries the server keeps to itself (methods: Conventions)."""
     return {n: t.clone() for n, t in model.state_dict().items() if not t.is_floating_point()}

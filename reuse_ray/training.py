@@ -1,9 +1,10 @@
-"""Local training ``ClientUpdate`` and evaluation (ALGORITHMS.md §1.3).
+"""Local training ``ClientUpdate`` and evaluation (methods: Conventions).
 
 One function, :func:`local_update`, serves every method: SGD with momentum and weight decay from a
-fresh optimizer, the optional FedProx proximal term μ (§2.2), an optional per-parameter gradient
-correction (SCAFFOLD, §2.9) and train-mode augmentation, with shuffles and augmentation drawn from
-the keyed streams ``train_shuffle`` and ``augment`` of (seed, round, client) (§1.6).
+fresh optimizer, the optional FedProx proximal term μ (methods: FedProx), an optional
+per-parameter gradient correction (methods: SCAFFOLD) and train-mode augmentation, with shuffles
+and augmentation drawn from the keyed streams ``train_shuffle`` and ``augment`` of (seed, round,
+client) (design: Keyed streams and pairing).
 """
 
 from __future__ import annotations
@@ -122,8 +123,7 @@ class HeavyBallSGD:
     check it). torch's optimizers import its compiler stack (dynamo, triton: ~150 MB and half a
     second) on first use in every process; a client worker needs only this update."""
 
-    def __init__(self, params: list[torch.Tensor], lr: float, momentum: float,
-                 weight_decay: float):  # fmt: skip
+    def __init__(self, params: list[torch.Tensor], lr: float, momentum: float, weight_decay: float):
         self.params, self.lr, self.momentum, self.weight_decay = params, lr, momentum, weight_decay
         self.buffers: list[torch.Tensor | None] = [None] * len(params)
 
@@ -175,7 +175,7 @@ def local_update(
     amp: bool = True,
     device: torch.device | str = "cpu",
 ) -> LocalResult:
-    """ClientUpdate(i, w, μ, correction) of §1.3; returns Δ = w_local − w in fp32."""
+    """ClientUpdate(i, w, μ, correction) (methods: Conventions); returns Δ = w_local − w, fp32."""
     device = torch.device(device)
     _load(model, layout, w, int_buffers, device)
     model.train()
@@ -276,8 +276,12 @@ def evaluate_batches(
             out = torch.cat([model(x[k : k + chunk]) for k in range(0, len(x), chunk)]).float()
         else:
             out = model(x).float()
-        out_parts.append((int((out.argmax(1) == y).sum()),
-                          float(nn.functional.cross_entropy(out, y, reduction="sum"))))  # fmt: skip
+        out_parts.append(
+            (
+                int((out.argmax(1) == y).sum()),
+                float(nn.functional.cross_entropy(out, y, reduction="sum")),
+            )
+        )
     _move(model, "cpu")
     return out_parts
 
@@ -318,7 +322,8 @@ def head_proxy(
     mode: str = "train",
     device: torch.device | str = "cpu",
 ) -> torch.Tensor:
-    """HeadProxy(i, w, stream) of §2.3.4: summed head gradients over ≤ ``max_batches`` batches.
+    """HeadProxy(i, w, stream) (methods: DG-FedReuse): summed head gradients over at most
+    ``max_batches`` batches.
 
     The model is loaded with ``w`` (and the server's integer buffers) before the passes and is
     reloaded before any later use, so it acts as the scratch copy: train-mode BatchNorm updates

@@ -1,4 +1,5 @@
-"""Vectorized local training (``engine.vectorize``): the ClientUpdate of §1.3 for a group of
+"""Vectorized local training (``engine.vectorize``): the ClientUpdate
+(methods: Conventions) for a group of
 clients at once.
 
 The clients' parameters are stacked along a new leading dimension (ordered by step count) and
@@ -57,12 +58,16 @@ def check_vectorizable(model: nn.Module) -> None:
     """Raise ValueError when the model cannot be trained under ``vmap``: its float state must
     be its trainable parameters (no running statistics, no frozen tensors)."""
     if has_batchnorm(model):
-        raise ValueError("the model has BatchNorm layers, whose running statistics cannot be "
-                         "kept per client under vmap")  # fmt: skip
+        raise ValueError(
+            "the model has BatchNorm layers, whose running statistics cannot be "
+            "kept per client under vmap"
+        )
     trainable = {n for n, p in model.named_parameters() if p.requires_grad}
     if {n for n, t in model.state_dict().items() if t.is_floating_point()} != trainable:
-        raise ValueError("its float state is not exactly its trainable parameters (float "
-                         "buffers or frozen parameters)")  # fmt: skip
+        raise ValueError(
+            "its float state is not exactly its trainable parameters (float "
+            "buffers or frozen parameters)"
+        )
 
 
 def batched_forward(model: nn.Module):
@@ -111,7 +116,7 @@ def local_update_many(
     augment: str = "none",
     device: torch.device | str = "cpu",
 ) -> list[LocalResult]:
-    """ClientUpdate (§1.3) of every request at once; results in request order."""
+    """ClientUpdate (methods: Conventions) of every request at once; results in request order."""
     check_vectorizable(model)
     device = torch.device(device)
     _move(model, device)
@@ -124,19 +129,26 @@ def local_update_many(
     order = sorted(range(C), key=lambda i: -streams[i].steps)
     requests, streams = [requests[i] for i in order], [streams[i] for i in order]
     W = torch.stack([r.w.to(torch.float32) for r in requests]).to(device)
-    P = {s.name: W[:, s.offset : s.offset + s.numel].reshape(C, *s.shape).clone()
-         for s in layout.tensors}  # fmt: skip
+    P = {
+        s.name: W[:, s.offset : s.offset + s.numel].reshape(C, *s.shape).clone()
+        for s in layout.tensors
+    }
     M = {n: torch.zeros_like(p) for n, p in P.items()}
     mus = [r.mu for r in requests]
     anchors = {n: p.clone() for n, p in P.items()} if any(m > 0 for m in mus) else None
     corrections = None
     if any(r.correction is not None for r in requests):
         corrections = {
-            n: torch.stack([
-                r.correction[n].to(device, torch.float32) if r.correction and n in r.correction
-                else torch.zeros(P[n].shape[1:], device=device) for r in requests
-            ]) for n in names
-        }  # fmt: skip
+            n: torch.stack(
+                [
+                    r.correction[n].to(device, torch.float32)
+                    if r.correction and n in r.correction
+                    else torch.zeros(P[n].shape[1:], device=device)
+                    for r in requests
+                ]
+            )
+            for n in names
+        }
 
     lr = torch.tensor([r.lr for r in requests], device=device)
     mu = torch.tensor(mus, device=device)
@@ -163,8 +175,9 @@ def local_update_many(
             return v.view(A, *([1] * (like.dim() - 1)))
 
         batches = [streams[c].batch(step) for c in range(A)]
-        x, y, weight, counts = _step_batch(batches, [streams[c].aug for c in range(A)], data,
-                                           info, augment, device)  # fmt: skip
+        x, y, weight, counts = _step_batch(
+            batches, [streams[c].aug for c in range(A)], data, info, augment, device
+        )
         params = {n: take(P[n]).detach().requires_grad_(True) for n in names}
         with torch.enable_grad():
             out = forward(params, x)
@@ -178,8 +191,7 @@ def local_update_many(
             params = {n: p.detach() for n, p in params.items()}
             lv = losses.detach().double()
             if anchors is not None:  # the FedProx term: its value joins the reported loss
-                sq = sum((params[n] - take(anchors[n])).square().flatten(1).sum(1)
-                         for n in names)  # fmt: skip
+                sq = sum((params[n] - take(anchors[n])).square().flatten(1).sum(1) for n in names)
                 lv = lv + (take(mu).double() / 2) * sq.double()
             for n in names:
                 p, g = params[n], grads[n]

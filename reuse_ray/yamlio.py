@@ -63,6 +63,7 @@ def load_yaml_mapping(path: str | Path, what: str = "config") -> dict[str, Any]:
     if data is None:
         raise UserError(f"{what} {str(p)!r} is empty — give at least one field")
     if not isinstance(data, dict):
-        raise UserError(f"{what} {str(p)!r} must hold a mapping of fields, "
-                        f"not a {type(data).__name__}")  # fmt: skip
+        raise UserError(
+            f"{what} {str(p)!r} must hold a mapping of fields, not a {type(data).__name__}"
+        )
     return data

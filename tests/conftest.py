@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from reuse_ray.config import RunConfig, from_dict
+from reuse_ray.config import RunConfig
+from reuse_ray.configio import from_dict
 from reuse_ray.data import idx
 
 
@@ -209,15 +210,23 @@ def system_data(monkeypatch):
         monkeypatch.setitem(idx.IDX_DATASETS, name, dataclasses.replace(spec, system_dirs=dirs))
 
 
-def method_env(layout, num_clients: int = 2, probs=None, topk_ratio: float = 1.0,
-               error_feedback: bool = False, seed: int = 0, server_lr: float = 1.0):  # fmt: skip
+def method_env(
+    layout,
+    num_clients: int = 2,
+    probs=None,
+    topk_ratio: float = 1.0,
+    error_feedback: bool = False,
+    seed: int = 0,
+    server_lr: float = 1.0,
+):
     """A MethodEnv for building a method directly in a unit oracle."""
     from reuse_ray.algorithms import MethodEnv
     from reuse_ray.config import TrainConfig
 
     probs = tuple(probs) if probs is not None else (1.0,) * num_clients
-    return MethodEnv(layout, (), seed, num_clients, probs, server_lr, topk_ratio,
-                     error_feedback, TrainConfig())  # fmt: skip
+    return MethodEnv(
+        layout, (), seed, num_clients, probs, server_lr, topk_ratio, error_feedback, TrainConfig()
+    )
 
 
 def received(client: int, value, n: int = 1):

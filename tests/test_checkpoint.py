@@ -25,11 +25,19 @@ def test_round_trip_of_a_run_checkpoint_is_exact():
     packed = pack(SparseUpdate(5, torch.tensor([1, 4]), torch.tensor([0.5, -2.0])), layout)
     state = DGState(ClientTable.from_values({3: packed}), {3: 2}, {3: torch.tensor([1.0, 2.0])})
     ck = RunCheckpoint(
-        round=4, cum=RoundBytes(1, 2, 3, 4, 5), total_steps=7, last_val=(0.5, float("nan")),
+        round=4,
+        cum=RoundBytes(1, 2, 3, 4, 5),
+        total_steps=7,
+        last_val=(0.5, float("nan")),
         rows={"rounds": [{"round": 1, "val_acc": None, "x": float("inf")}], "client_events": []},
-        server={"w": torch.arange(5.0), "state": state, "local": ClientTable.from_values(
-            {0: (0.25, 3), 1: torch.ones(2)}), "seen": frozenset({1, 2}), "b": b""},
-    )  # fmt: skip
+        server={
+            "w": torch.arange(5.0),
+            "state": state,
+            "local": ClientTable.from_values({0: (0.25, 3), 1: torch.ones(2)}),
+            "seen": frozenset({1, 2}),
+            "b": b"",
+        },
+    )
     back = checkpoint.loads(checkpoint.dumps(ck))
     assert isinstance(back, RunCheckpoint) and back.round == 4 and back.cum == ck.cum
     assert back.last_val[0] == 0.5 and math.isnan(back.last_val[1])

@@ -72,8 +72,13 @@ def run_args(*args):
 
 
 def run_cfg(**sets):
-    return lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--results", str(tmp / "res"),
-                        *sum((["--set", f"{k}={v}"] for k, v in sets.items()), [])]  # fmt: skip
+    return lambda tmp: [
+        "run",
+        _file(tmp, "c.yaml", RUN),
+        "--results",
+        str(tmp / "res"),
+        *sum((["--set", f"{k}={v}"] for k, v in sets.items()), []),
+    ]
 
 
 def run_file(content):
@@ -85,8 +90,13 @@ def sweep_file(content):
 
 
 def run_set(*items):
-    return lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--results", str(tmp / "res"),
-                        *sum((["--set", i] for i in items), [])]  # fmt: skip
+    return lambda tmp: [
+        "run",
+        _file(tmp, "c.yaml", RUN),
+        "--results",
+        str(tmp / "res"),
+        *sum((["--set", i] for i in items), []),
+    ]
 
 
 REPORTED = [  # the inputs of the issue
@@ -305,8 +315,9 @@ def done(tmp_path_factory):
     return root / "done"
 
 
-@pytest.mark.parametrize(("name", "argv", "fragment"), REPORTED + OWN,
-                         ids=[c[0] for c in REPORTED + OWN])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "argv", "fragment"), REPORTED + OWN, ids=[c[0] for c in REPORTED + OWN]
+)
 def test_bad_input_is_one_line_exit_2(name, argv, fragment, tmp_path, done, capsys, monkeypatch):
     (tmp_path / "done").symlink_to(done, target_is_directory=True)
     monkeypatch.setenv("REUSE_RAY_CONNECT_TIMEOUT", "5")
@@ -367,8 +378,9 @@ def test_python_dash_m_is_the_cli():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-m", "reuse_ray", "--help"], capture_output=True,
-                         text=True, timeout=60)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "reuse_ray", "--help"], capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0 and "run" in out.stdout and "sweep" in out.stdout
 
 
@@ -378,6 +390,7 @@ def test_a_report_that_leaves_runs_out_says_so_in_one_note_line(tmp_path, done, 
     assert main(["report", str(done), failed, "--out", str(tmp_path / "rep")]) == 0
     out = capsys.readouterr()
     notes = [ln for ln in out.out.splitlines() if ln.startswith("note:")]
-    assert notes == ["note: excluded 1 unfinished runs {'failed': 1} (the report compares "
-                     "finished runs only)"]  # fmt: skip
+    assert notes == [
+        "note: excluded 1 unfinished runs {'failed': 1} (the report compares finished runs only)"
+    ]
     assert "Warning" not in out.err

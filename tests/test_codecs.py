@@ -1,4 +1,4 @@
-"""Top-K and the field model (ALGORITHMS.md §3.1, §2.1) on hand-computed oracles."""
+"""Top-K and the field model (design: Ledgers) on hand-computed oracles."""
 
 from __future__ import annotations
 
@@ -108,7 +108,7 @@ def test_aggregate_oracle_two_clients():
 def test_topk_fedavg_saving_is_the_seeds_76_88(name, shape, classes):
     layout = StateLayout.from_model(build_model(name, shape, classes))
     if name == "resnet18" and classes == 10:
-        assert layout.dense_bytes == 44_764_968  # B0 of §3.2
+        assert layout.dense_bytes == 44_764_968  # B0 of design: Ledgers
     saving = 1 - restricted_update_bytes(layout, 0.2) / layout.dense_bytes
     assert 0.76875 <= saving < 0.76876
     ceil_saving = (

@@ -7,15 +7,8 @@ import dataclasses
 import pytest
 import yaml
 
-from reuse_ray.config import (
-    ConfigError,
-    RunConfig,
-    apply_overrides,
-    flatten,
-    from_dict,
-    load_run_config,
-    to_dict,
-)
+from reuse_ray.config import ConfigError, RunConfig, flatten, to_dict
+from reuse_ray.configio import apply_overrides, from_dict, load_run_config
 
 
 @pytest.mark.parametrize(
@@ -75,8 +68,9 @@ def test_yaml_roundtrip_overrides_and_sweep_base(tmp_path):
     with pytest.raises(ConfigError, match="override must look like"):
         apply_overrides({}, ["fl.rounds"])
     # YAML 1.1 reads off/on as booleans: on the command line they mean the word ...
-    cfg = load_run_config(path, ["method.name=dg_fedreuse", "method.dg.gate=off",
-                                 "train.amp=false"])  # fmt: skip
+    cfg = load_run_config(
+        path, ["method.name=dg_fedreuse", "method.dg.gate=off", "train.amp=false"]
+    )
     assert cfg.method.dg.gate == "off" and cfg.train.amp is False
     # ... and in a file an unquoted off gets a hint instead of a puzzle
     with pytest.raises(ConfigError, match="quote the word"):
@@ -100,12 +94,25 @@ def test_frozen_and_run_id_stable():
 
 @pytest.mark.parametrize(
     ("address", "ok"),
-    [("auto", True), ("local", True), ("127.0.0.1:6379", True), ("head.example:6379", True),
-     ("[::1]:6379", True), ("ray://head", True), ("ray://head:10001", True),
-     ("garbage", False), ("head:0", False), ("head:65536", False), ("head:x", False),
-     (":6379", False), ("ray://", False), ("ray://h:x", False), ("http://head:8265", False),
-     ("a/b:1", False)],
-)  # fmt: skip
+    [
+        ("auto", True),
+        ("local", True),
+        ("127.0.0.1:6379", True),
+        ("head.example:6379", True),
+        ("[::1]:6379", True),
+        ("ray://head", True),
+        ("ray://head:10001", True),
+        ("garbage", False),
+        ("head:0", False),
+        ("head:65536", False),
+        ("head:x", False),
+        (":6379", False),
+        ("ray://", False),
+        ("ray://h:x", False),
+        ("http://head:8265", False),
+        ("a/b:1", False),
+    ],
+)
 def test_ray_addresses_in_the_forms_ray_init_takes(address, ok):
     from reuse_ray.config import ray_address_problem
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 from reuse_ray.machine import describe, machine_kind, mixed_kinds_note
 
 AMD = {"cpu": "AuthenticAMD AMD EPYC", "torch": "2.14.1", "capability": "AVX512"}
-INTEL = {"cpu": "GenuineIntel Intel(R) Xeon(R) Processor", "torch": "2.14.1",
-         "capability": "AVX512"}  # fmt: skip
+INTEL = {
+    "cpu": "GenuineIntel Intel(R) Xeon(R) Processor",
+    "torch": "2.14.1",
+    "capability": "AVX512",
+}
 
 
 def test_this_machines_kind_names_processor_torch_and_capability():

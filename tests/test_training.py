@@ -1,4 +1,5 @@
-"""Local training (§1.3), FedProx (§2.2), FedAdam (§2.10), models and keyed randomness (§1.6)."""
+"""Local training, FedProx, FedAdam, models and keyed randomness (methods; design: Keyed streams
+and pairing)."""
 
 from __future__ import annotations
 
@@ -160,16 +161,20 @@ def test_evaluate_in_chunks_gives_the_whole_batch_bits(name, monkeypatch):
     from reuse_ray.data.registry import ArraySplit, DatasetInfo
 
     rng = np.random.default_rng(3)
-    split = ArraySplit(rng.integers(0, 256, (600, 1, 28, 28), dtype=np.uint8),
-                       rng.integers(0, 10, 600).astype(np.int64))  # fmt: skip
+    split = ArraySplit(
+        rng.integers(0, 256, (600, 1, 28, 28), dtype=np.uint8),
+        rng.integers(0, 10, 600).astype(np.int64),
+    )
     info = DatasetInfo("w", 10, (1, 28, 28), 1 / 255, (0.5,), (0.25,), "none")
     model = init_model(name, (1, 28, 28), 10, seed=0, hidden=64)
     layout = StateLayout.from_model(model)
     w = layout.flatten(model)
     chunked = evaluate(model, layout, w, split, info, batch_size=512)
     # batches evaluated apart (as the Ray engine's workers do) and added in order: same bits
-    parts = [training.evaluate_batches(model, layout, w, split, info, 128, batches=range(a, b))
-             for a, b in ((0, 1), (1, 4), (4, 5))]  # fmt: skip
+    parts = [
+        training.evaluate_batches(model, layout, w, split, info, 128, batches=range(a, b))
+        for a, b in ((0, 1), (1, 4), (4, 5))
+    ]
     whole = training.evaluate(model, layout, w, split, info, batch_size=128)
     assert training.combine_batches([x for p in parts for x in p], len(split)) == whole
     monkeypatch.setattr(training, "EVAL_CHUNK", 10**6)
@@ -197,8 +202,9 @@ def test_retained_memory_spares_the_page_faults_of_large_blocks():
     runs = {}
     for mode in ("default", "retain"):
         env = dict(os.environ, REUSE_RAY_MALLOC=mode)
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                             env=env, check=True).stdout.split()  # fmt: skip
+        out = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+        ).stdout.split()
         runs[mode] = (out[0] == "True", int(out[1]))
     assert runs["default"][0] is False and runs["retain"][0] is True
     assert runs["default"][1] > 20 * 9000  # 10,240 pages a block
@@ -212,12 +218,14 @@ def test_determinism_switch_skips_the_compiler_stack():
     import subprocess
     import sys
 
-    code = ("import sys, torch; from reuse_ray.training import configure_determinism; "
-            "configure_determinism(1); "
-            "print(torch.are_deterministic_algorithms_enabled(), "
-            "torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_num_threads(), "
-            "sorted(m for m in ('torch._dynamo', 'torch._inductor', 'triton') "
-            "if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys, torch; from reuse_ray.training import configure_determinism; "
+        "configure_determinism(1); "
+        "print(torch.are_deterministic_algorithms_enabled(), "
+        "torch.is_deterministic_algorithms_warn_only_enabled(), torch.get_num_threads(), "
+        "sorted(m for m in ('torch._dynamo', 'torch._inductor', 'triton') "
+        "if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split("\n")[0] == "True True 1 []"
 
@@ -320,8 +328,7 @@ def test_batch_images_gathers_rows_or_a_slice():
     from reuse_ray.data.registry import ArraySplit, DatasetInfo
     from reuse_ray.data.transforms import batch_images
 
-    info = DatasetInfo("t", 3, (1, 2, 2), mean=(0.5,), std=(0.25,), scale=1 / 255,
-                       augment="none")  # fmt: skip
+    info = DatasetInfo("t", 3, (1, 2, 2), mean=(0.5,), std=(0.25,), scale=1 / 255, augment="none")
     xs = np.arange(5 * 4, dtype=np.uint8).reshape(5, 1, 2, 2)
     split = ArraySplit(xs, np.array([0, 1, 2, 0, 1], dtype=np.int64))
     x, y = batch_images(split, np.array([3, 0]), info, torch.device("cpu"))
@@ -341,8 +348,9 @@ def test_accelerator_gather_equals_the_host_transform():
     from reuse_ray.data.registry import DatasetInfo
     from reuse_ray.data.transforms import _ON_DEVICE, normalize, on_device, to_tensor
 
-    info = DatasetInfo("t", 3, (3, 4, 4), mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3),
-                       scale=1 / 255, augment="none")  # fmt: skip
+    info = DatasetInfo(
+        "t", 3, (3, 4, 4), mean=(0.4, 0.5, 0.6), std=(0.2, 0.25, 0.3), scale=1 / 255, augment="none"
+    )
     xs = np.random.default_rng(0).integers(0, 256, (9, 3, 4, 4)).astype(np.uint8)
     idx = np.array([7, 0, 7, 3])
     cpu = torch.device("cpu")

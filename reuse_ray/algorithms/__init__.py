@@ -1,4 +1,4 @@
-"""Federated methods, one module each, found through the registry (ALGORITHMS.md §2).
+"""Federated methods, one module each, found through the registry (docs/methods.md).
 
 Every method module defines its config block, its search space, its server side (pure functions
 over explicit state), its client side and its wire format, and registers itself with

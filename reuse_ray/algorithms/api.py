@@ -1,4 +1,4 @@
-"""The contract between a method and the engine (ALGORITHMS.md §1.5; ARCHITECTURE.md).
+"""The contract between a method and the engine (design: Runs; design: Engines).
 
 A method is one object, built once per run from its config block, that owns both sides of a round:
 
@@ -29,7 +29,7 @@ from ..state import StateLayout
 
 @dataclass(frozen=True)
 class Decision:
-    """What happened to a client in a round, and how the ledgers charge it (§3.3)."""
+    """What happened to a client in a round, and how the ledgers charge it (design: Ledgers)."""
 
     name: str
     selected: bool = True  # a member of S_t: counted in num_selected and the dense reference
@@ -122,9 +122,15 @@ class ClientContext(Protocol):
     ) -> Any: ...  # a training.LocalResult: delta, mean_loss, steps, finite
 
     def head_proxy(
-        self, task: ClientTask, w: torch.Tensor, purpose: Any, *, batches: int,
-        batch_size: int, mode: str,
-    ) -> torch.Tensor: ...  # fmt: skip
+        self,
+        task: ClientTask,
+        w: torch.Tensor,
+        purpose: Any,
+        *,
+        batches: int,
+        batch_size: int,
+        mode: str,
+    ) -> torch.Tensor: ...
 
 
 class Method(Protocol):
@@ -150,9 +156,14 @@ class Method(Protocol):
     def decode(self, task: ClientTask, messages: tuple[bytes, ...]) -> tuple[Any, int]: ...
 
     def server_step(
-        self, state: Any, t: int, w: torch.Tensor, plan: RoundPlan,
-        uploads: dict[int, Received], num_samples: dict[int, int],
-    ) -> StepResult: ...  # fmt: skip
+        self,
+        state: Any,
+        t: int,
+        w: torch.Tensor,
+        plan: RoundPlan,
+        uploads: dict[int, Received],
+        num_samples: dict[int, int],
+    ) -> StepResult: ...
 
     def memory_bytes(self, state: Any) -> int: ...
 
@@ -165,20 +176,29 @@ class MethodEnv:
     head_names: tuple[str, ...]
     seed: int
     num_clients: int
-    probs: tuple[float, ...]  # p_i of the participation model (§1.4)
+    probs: tuple[float, ...]  # p_i of the participation model (methods: Conventions)
     server_lr: float
     topk_ratio: float
     error_feedback: bool
     train: Any  # the run's TrainConfig (lr, momentum: SCAFFOLD's K η_l)
 
     @classmethod
-    def from_config(cls, cfg: Any, layout: StateLayout, head_names: list[str],
-                    probs: Any) -> MethodEnv:  # fmt: skip
+    def from_config(
+        cls, cfg: Any, layout: StateLayout, head_names: list[str], probs: Any
+    ) -> MethodEnv:
         """The environment of a run config's method (``cfg`` is a RunConfig)."""
         m = cfg.method
-        return cls(layout, tuple(head_names), cfg.seed, cfg.fl.num_clients,
-                   tuple(float(p) for p in probs), cfg.fl.server_lr, m.topk_ratio,
-                   m.error_feedback, cfg.train)  # fmt: skip
+        return cls(
+            layout,
+            tuple(head_names),
+            cfg.seed,
+            cfg.fl.num_clients,
+            tuple(float(p) for p in probs),
+            cfg.fl.server_lr,
+            m.topk_ratio,
+            m.error_feedback,
+            cfg.train,
+        )
 
     @property
     def head_layout(self) -> StateLayout:
@@ -189,7 +209,7 @@ class MethodEnv:
 
 
 def sample_weights(clients: list[int], num_samples: dict[int, int]) -> dict[int, float]:
-    """π_i = n_i / Σ_{j∈S} n_j over the given clients (§1.1)."""
+    """π_i = n_i / Σ_{j∈S} n_j over the given clients (methods: Conventions)."""
     total = sum(num_samples[i] for i in clients)
     return {i: num_samples[i] / total for i in clients} if total else {}
 
@@ -207,7 +227,8 @@ def client_weights(clients: list[int], num_samples: dict[int, int], kind: str) -
 
 
 def population_weights(num_samples: dict[int, int], kind: str) -> dict[int, float]:
-    """α_j = n_j / Σ_all n (``samples``) or 1/N (``uniform``) over every client (§1.1)."""
+    """α_j = n_j / Σ_all n (``samples``) or 1/N (``uniform``) over every client
+    (methods: Conventions)."""
     if kind == "uniform":
         return {i: 1.0 / len(num_samples) for i in num_samples}
     total = sum(num_samples.values())
@@ -225,7 +246,8 @@ def weighted_sum(contributions: list[tuple[float, SparseUpdate]], dim: int) -> t
 def fedavg_aggregate(
     w: torch.Tensor, updates: dict[int, SparseUpdate], weights: dict[int, float], server_lr: float
 ) -> torch.Tensor:
-    """w + η_s Σ π_i u_i over the given clients, in ascending client order (§1.7)."""
+    """w + η_s Σ π_i u_i over the given clients, in ascending client order
+    (methods: Conventions)."""
     if not updates:
         return w.clone()
     avg = weighted_sum([(weights[i], updates[i]) for i in sorted(updates)], w.numel())

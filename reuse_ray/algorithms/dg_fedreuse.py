@@ -1,4 +1,4 @@
-"""DG-FedReuse: proxy-gradient-gated reuse of cached sparse updates (ALGORITHMS.md §2.3).
+"""DG-FedReuse: proxy-gradient-gated reuse of cached sparse updates (methods: DG-FedReuse).
 
 Per selected client the server decides between a fresh round (local training, Top-K uplink,
 cache refresh) and replaying the client's cached sparse update with an age discount. The gate
@@ -11,8 +11,8 @@ a dense-shaped copy) in a :class:`~reuse_ray.algorithms.table.ClientTable`, whic
 engine backs with the object store. The module also holds the client side (gate and refresh
 proxies, the Top-K uplink) and the wire decoding.
 
-Controls that isolate the gate (§6 item 10): ``gate="off"`` (age cap, quota and first-visit rule
-only; promotion order drawn at random from the keyed ``gate_random`` stream) and
+Controls that isolate the gate (methods: DG-FedReuse): ``gate="off"`` (age cap, quota and
+first-visit rule only; promotion order drawn at random from the keyed ``gate_random`` stream) and
 ``gate="random"`` (fires with probability ``gate_prob`` from the same stream).
 """
 
@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass, replace
 from fractions import Fraction
 
+from ..checks import check_choice, check_range
 from ..codecs import KIND_PROXY, SparseUpdate, pack, unpack
-from ..config import check_choice, check_range
 from ..lazy import torch
 from ..rng import Purpose, generator
 from .api import (
@@ -58,7 +58,8 @@ DG_GATES = ("proxy", "off", "random")
 
 @dataclass(frozen=True)
 class DGConfig:
-    """DG-FedReuse (ALGORITHMS.md §2.3); defaults are the paper's frozen values (§4.1)."""
+    """DG-FedReuse (methods: DG-FedReuse); defaults: the paper's frozen values (methods: The paper's
+    protocol)."""
 
     tau0: float = 0.9116988  # τ0, threshold at round 1
     tau_min: float = 0.8134931  # τ_min, the threshold's floor
@@ -75,7 +76,7 @@ class DGConfig:
     gate_prob: float = 0.2  # gate=random: firing probability
     proxy_batches: int = 5  # at most this many proxy batches
     proxy_batch_size: int = 64
-    proxy_mode: str = "train"  # train (the seed) or eval (§6 item 9)
+    proxy_mode: str = "train"  # train (the seed) or eval (design: Validation-only search)
     normalize_signature: bool = False  # unit-normalise p_ref before the EMA (R5 alternative)
     # clients the age cap forces fresh: skip their gate proxy (cheaper; gate_score null) |
     # compute it as the seed's code does (charged, recorded, decision unchanged)
@@ -207,9 +208,9 @@ def scaled(update: SparseUpdate, factor: float) -> SparseUpdate:
 
 @dataclass(frozen=True)
 class DGState:
-    """Per-client server state of §2.3.2 (never mutated; each round returns a new one)."""
+    """Per-client server state (methods: DG-FedReuse); never mutated: a round returns a new one."""
 
-    cache: ClientTable  # Δ̂[i], packed: exactly the field model's bytes (§2.3.2)
+    cache: ClientTable  # Δ̂[i], packed: exactly the field model's bytes (methods: DG-FedReuse)
     last_fresh: dict[int, int]  # r[i]: round of the last fresh event
     signature: dict[int, torch.Tensor]  # h[i]: head-gradient signature
 
@@ -220,7 +221,7 @@ class DGState:
 
 @dataclass(frozen=True)
 class GateProbe:
-    """Pre-decision work: HeadProxy(i, w_t, proxy_gate) for the gate (§2.3.4)."""
+    """Pre-decision work: HeadProxy(i, w_t, proxy_gate) for the gate (methods: DG-FedReuse)."""
 
 
 @dataclass(frozen=True)
@@ -233,7 +234,7 @@ class FreshWork:
 
 @dataclass(frozen=True)
 class DGFedReuse:
-    """DG-FedReuse with the gate, its controls and every reconstruction of §2.3.3."""
+    """DG-FedReuse with the gate, its controls and every reconstruction of methods: DG-FedReuse."""
 
     cfg: DGConfig
     env: MethodEnv
@@ -313,8 +314,14 @@ class DGFedReuse:
 
     def _proxy(self, ctx, task: ClientTask, w: torch.Tensor, purpose: Purpose) -> bytes:
         c = self.cfg
-        p = ctx.head_proxy(task, w, purpose, batches=c.proxy_batches,
-                           batch_size=c.proxy_batch_size, mode=c.proxy_mode)  # fmt: skip
+        p = ctx.head_proxy(
+            task,
+            w,
+            purpose,
+            batches=c.proxy_batches,
+            batch_size=c.proxy_batch_size,
+            mode=c.proxy_mode,
+        )
         return encode_dense(p, self.env.head_layout, KIND_PROXY, task)
 
     def client_work(self, ctx, task: ClientTask, w: torch.Tensor):

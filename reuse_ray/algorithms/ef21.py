@@ -1,4 +1,4 @@
-"""EF21 with partial participation (ALGORITHMS.md §2.11.2).
+"""EF21 with partial participation (methods: EF21-PP).
 
 A selected client sends ``c_i = TopK_r(Δ_i − g_i)`` and both sides set ``g_i ← g_i + c_i`` (the
 server's mirror of g_i travels with the task, so the client holds it identically by
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import check_choice
 from ..codecs import SparseUpdate, topk_sparsify
-from ..config import check_choice
 from ..lazy import torch
 from ..state import StateLayout
 from .api import (
@@ -33,7 +33,7 @@ from .uplink import decode_update, encode_update
 
 @dataclass(frozen=True)
 class EF21Config:
-    """EF21 with partial participation (ALGORITHMS.md §2.11.2); Top-K ratio from method."""
+    """EF21 with partial participation (methods: EF21-PP); Top-K ratio from method."""
 
     variant: str = "pp"  # pp: w += Σ_all α_j g_j (memory) | s: w += Σ_selected π_i g_i
     init: str = "zero"  # zero: first message TopK(Δ) | dense: first message Δ, charged B0
@@ -97,8 +97,9 @@ class EF21:
     def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
         return decode_update(messages[0], self.env.layout)
 
-    def server_step(self, state: MemoryBank, t, w, plan, uploads: dict[int, Received],
-                    num_samples) -> StepResult:  # fmt: skip
+    def server_step(
+        self, state: MemoryBank, t, w, plan, uploads: dict[int, Received], num_samples
+    ) -> StepResult:
         alpha = population_weights(num_samples, self.weights)
         g_new = {}
         for i in sorted(uploads):

@@ -1,4 +1,4 @@
-"""FedAdam of the FedOpt family (ALGORITHMS.md §2.10).
+"""FedAdam of the FedOpt family (methods: FedAdam).
 
     Δ̄_t = Σ π_i Δ_i                 (pseudo-update, trainable parameters)
     m_t = β1 m_{t−1} + (1−β1) Δ̄_t
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import check_choice, check_range
+from ..checks import check_choice, check_range
 from ..lazy import torch
 from .api import (
     FRESH,
@@ -34,7 +34,7 @@ from .uplink import ErrorFeedback, TopK, compressor_for, decode_update, train_an
 
 @dataclass(frozen=True)
 class FedAdamConfig:
-    """FedAdam (ALGORITHMS.md §2.10); seed values eta=0.01, beta1=0.9, beta2=0.99, tau=1e-3."""
+    """FedAdam (methods: FedAdam); seed values eta=0.01, beta1=0.9, beta2=0.99, tau=1e-3."""
 
     lr: float = 0.01
     beta1: float = 0.9
@@ -148,5 +148,6 @@ def space(trial):
 @register("fedadam", config=FedAdamConfig, space=space, error_feedback=True)
 def build(params: FedAdamConfig, env: MethodEnv) -> FedAdam:
     p = params
-    return FedAdam(env, compressor_for(env), env.layout.trainable_mask(), p.lr, p.beta1, p.beta2,
-                   p.tau, p.v0)  # fmt: skip
+    return FedAdam(
+        env, compressor_for(env), env.layout.trainable_mask(), p.lr, p.beta1, p.beta2, p.tau, p.v0
+    )

@@ -1,4 +1,4 @@
-"""FedAvg, FedAvg + Top-K and FedProx (ALGORITHMS.md §2.1, §2.2, §1.7).
+"""FedAvg, FedAvg + Top-K and FedProx (methods: FedAvg and the Top-K control, FedProx, Conventions).
 
 Every selected client trains afresh (FedProx adds the proximal term μ to the local objective) and
 sends ``TopK_r(Δ_i)`` (r = 1: the dense Δ_i; Fed-EF may wrap it). Server:
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import check_range
+from ..checks import check_range
 from ..lazy import torch
 from .api import (
     FRESH,
@@ -28,7 +28,7 @@ from .uplink import ErrorFeedback, TopK, compressor_for, decode_update, train_an
 
 @dataclass(frozen=True)
 class FedProxConfig:
-    """FedProx (ALGORITHMS.md §2.2); the seed's control uses mu = 5e-4."""
+    """FedProx (methods: FedProx); the seed's control uses mu = 5e-4."""
 
     mu: float = 5e-4
 

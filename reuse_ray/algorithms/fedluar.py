@@ -1,4 +1,4 @@
-"""FedLUAR: layer-wise update aggregation with recycling (ALGORITHMS.md §2.4).
+"""FedLUAR: layer-wise update aggregation with recycling (methods: FedLUAR).
 
 Candidate layers L_rec are the trainable tensors of rank ≥ 2 (conv and linear kernels); biases
 and buffers are always aggregated. Each round the server broadcasts w_t and the recycle set R_t;
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import check_choice, check_range
+from ..checks import check_choice, check_range
 from ..errors import UserError
 from ..lazy import torch
 from ..rng import Purpose, generator
@@ -84,7 +84,7 @@ def recycle_probabilities(scores: dict[int, float], delta: int) -> dict[frozense
 
 @dataclass(frozen=True)
 class FedLUARConfig:
-    """FedLUAR (ALGORITHMS.md §2.4): δ layers recycled per round, chosen ∝ 1/score."""
+    """FedLUAR (methods: FedLUAR): δ layers recycled per round, chosen ∝ 1/score."""
 
     delta: int = 2  # δ; paper: 2 (CNN/FEMNIST), 10 (ResNet-20), 14 (WRN-28-10); must be < |L_rec|
     weighting: str = "uniform"  # uniform: 1/|S_t| (the authors' code) | samples: π_i (FedAvg)
@@ -137,8 +137,7 @@ class FedLUAR:
     def plan(self, state: LUARState, t: int, selected: list[int], probes=None) -> RoundPlan:
         tasks = tuple(ClientTask(i, t, LuarWork(state.recycle)) for i in selected)
         # the R_t broadcast: a 2-byte count and one 2-byte id per recycled layer
-        return RoundPlan(tasks, {i: FRESH for i in selected},
-                         down_extra=2 + 2 * len(state.recycle))  # fmt: skip
+        return RoundPlan(tasks, {i: FRESH for i in selected}, down_extra=2 + 2 * len(state.recycle))
 
     def client_work(self, ctx, task: ClientTask, w: torch.Tensor):
         return train_and_send(ctx, task, w, self.layout, self.compressor, skip=task.work.skip)
@@ -146,8 +145,9 @@ class FedLUAR:
     def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
         return decode_update(messages[0], self.layout)
 
-    def server_step(self, state: LUARState, t, w, plan, uploads: dict[int, Received],
-                    num_samples) -> StepResult:  # fmt: skip
+    def server_step(
+        self, state: LUARState, t, w, plan, uploads: dict[int, Received], num_samples
+    ) -> StepResult:
         clients = sorted(uploads)
         rng = generator(self.env.seed, Purpose.LUAR_LAYERS, t + 1)
         if not clients:
@@ -167,8 +167,9 @@ class FedLUAR:
                 updates[j] = agg[sl].clone()
                 scores[j] = layer_score(agg[sl], w[sl])
         nxt = draw_recycle_set(scores, self.delta, rng)
-        return StepResult(LUARState(updates, scores, nxt), w + self.env.server_lr * step, weights,
-                          norms(fresh))  # fmt: skip
+        return StepResult(
+            LUARState(updates, scores, nxt), w + self.env.server_lr * step, weights, norms(fresh)
+        )
 
     def memory_bytes(self, state: LUARState) -> int:
         return sum(4 * u.numel() for u in state.updates.values()) + 8 * len(state.scores)

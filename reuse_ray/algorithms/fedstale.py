@@ -1,4 +1,4 @@
-"""FedVARP (ALGORITHMS.md §2.7) and FedStale (§2.8): variance reduction with stale memories.
+"""FedVARP and FedStale (methods: FedVARP and FedStale): variance reduction with stale memories.
 
     v = Σ_{i∈S} (α_i/p_i)(Δ_i − β y_i) + β Σ_j α_j y_j,   w_{t+1} = w_t + η_s v,   y_i ← Δ_i
 
@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..config import check_choice, check_range
+from ..checks import check_choice, check_range
 from ..lazy import torch
 from .api import (
     FRESH,
@@ -41,7 +41,7 @@ from .uplink import ErrorFeedback, TopK, compressor_for, decode_update, train_an
 
 @dataclass(frozen=True)
 class FedStaleConfig:
-    """FedVARP (β = 1, §2.7) and FedStale (β ∈ [0, 1], §2.8)."""
+    """FedVARP (β = 1) and FedStale (β ∈ [0, 1]) (methods: FedVARP and FedStale)."""
 
     beta: float = 0.5  # FedStale's mix; published runs 0.5 (FedVARP ignores it: β = 1)
     # known: p_i of the participation model | estimated: the authors' interval estimator
@@ -83,7 +83,8 @@ def fedstale_direction(
     p: Mapping[int, float],
     beta: float,
 ) -> torch.Tensor:
-    """v = Σ_{i∈S} (α_i/p_i)(Δ_i − β y_i) + β Σ_j α_j y_j (§2.8; β = 1: FedVARP, §2.7)."""
+    """v = Σ_{i∈S} (α_i/p_i)(Δ_i − β y_i) + β Σ_j α_j y_j
+    (methods: FedVARP and FedStale; β = 1: FedVARP)."""
     v = total * beta if beta != 0.0 else torch.zeros_like(total)
     for i in sorted(fresh):
         y = memory.get(i)
@@ -124,8 +125,9 @@ class FedStale:
         return ()
 
     def plan(self, state: StaleState, t: int, selected: list[int], probes=None) -> RoundPlan:
-        return RoundPlan(tuple(ClientTask(i, t, Train()) for i in selected),
-                         {i: FRESH for i in selected})  # fmt: skip
+        return RoundPlan(
+            tuple(ClientTask(i, t, Train()) for i in selected), {i: FRESH for i in selected}
+        )
 
     def client_work(self, ctx, task: ClientTask, w: torch.Tensor):
         return train_and_send(ctx, task, w, self.env.layout, self.compressor)
@@ -140,8 +142,9 @@ class FedStale:
             return 1.0 / interval_weight(state.intervals.get(i))
         return (state.participations.get(i, 0) + 1) / t
 
-    def server_step(self, state: StaleState, t, w, plan, uploads: dict[int, Received],
-                    num_samples) -> StepResult:  # fmt: skip
+    def server_step(
+        self, state: StaleState, t, w, plan, uploads: dict[int, Received], num_samples
+    ) -> StepResult:
         if not uploads and self.empty_round == "skip":  # the authors return early
             return StepResult(state, w.clone(), {}, {})
         alpha = population_weights(num_samples, self.weights)
@@ -157,8 +160,9 @@ class FedStale:
             parts[i] = parts.get(i, 0) + 1
             intervals[i] = closed_interval(intervals.get(i), t)
         weights = {i: alpha[i] / p[i] for i in deltas}
-        return StepResult(StaleState(bank, parts, intervals), w + self.env.server_lr * v,
-                          weights, norms(deltas))  # fmt: skip
+        return StepResult(
+            StaleState(bank, parts, intervals), w + self.env.server_lr * v, weights, norms(deltas)
+        )
 
     def memory_bytes(self, state: StaleState) -> int:
         return state.bank.nbytes()
@@ -177,12 +181,21 @@ def fedvarp_space(trial):
 
 
 def _build(params: FedStaleConfig, env: MethodEnv, beta: float, name: str) -> FedStale:
-    return FedStale(env, compressor_for(env), beta, params.probs, params.weights,
-                    params.empty_round, params.server_weight_decay, name)  # fmt: skip
+    return FedStale(
+        env,
+        compressor_for(env),
+        beta,
+        params.probs,
+        params.weights,
+        params.empty_round,
+        params.server_weight_decay,
+        name,
+    )
 
 
-@register("fedvarp", config=FedStaleConfig, block="fedstale", space=fedvarp_space,
-          error_feedback=True)  # fmt: skip
+@register(
+    "fedvarp", config=FedStaleConfig, block="fedstale", space=fedvarp_space, error_feedback=True
+)
 def build_fedvarp(params: FedStaleConfig, env: MethodEnv) -> FedStale:
     return _build(params, env, 1.0, "fedvarp")
 

@@ -1,4 +1,4 @@
-"""FedSteer: corrective projections onto a dynamic gradient subspace (ALGORITHMS.md §2.5).
+"""FedSteer: corrective projections onto a dynamic gradient subspace (methods: FedSteer).
 
 Convention of the paper: pseudo-gradient g_i = w_t − w_i^loc = −Δ_i and w_{t+1} = w_t − η_s V_t.
 The server caches full pseudo-gradients h_j only for the K core clients X (during the warm-up,
@@ -14,12 +14,12 @@ vector s_i ∈ R^K for every client, so after warm-up it holds O(K·d + N·K) nu
 Warm-up (t ≤ W): greedy swap search for X minimising J(X) (:func:`coreset_objective`), then
 s_ij = ŝ_ij ‖g_i‖/‖h_j‖.
 
-Two modes (§2.5 quirks): ``fidelity`` follows the reference code — the warm-up trains **all N**
-clients (an oracle; the extra clients appear as ``oracle`` events and are charged), features
-are the last state entry only, warm-up coordinates are applied to h_j/K (shrunk by 1/K), and an
-active client's ĝ_i uses its fresh s_i. ``clean`` uses active clients only (others keep s_i = 0
-until they first take part), the full vector as features, unshrunk coordinates, and ĝ_i from
-the pre-round s_i, which keeps the correction term unbiased.
+Two modes (methods: FedSteer): ``fidelity`` follows the reference code — the warm-up trains
+**all N** clients (an oracle; the extra clients appear as ``oracle`` events and are charged),
+features are the last state entry only, warm-up coordinates are applied to h_j/K (shrunk by
+1/K), and an active client's ĝ_i uses its fresh s_i. ``clean`` uses active clients only (others
+keep s_i = 0 until they first take part), the full vector as features, unshrunk coordinates, and
+ĝ_i from the pre-round s_i, which keeps the correction term unbiased.
 
 An empty A_t steps by the estimates Σ d_i ĝ_i alone.
 """
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..config import check_choice, check_range
+from ..checks import check_choice, check_range
 from ..errors import UserError
 from ..lazy import torch
 from ..rng import Purpose, generator
@@ -91,9 +91,14 @@ def _normalise(rows: torch.Tensor) -> torch.Tensor:
 
 
 def coreset_fit(
-    gu: torch.Tensor, gvv: torch.Tensor, uu: torch.Tensor, x: list[int],
-    omega: torch.Tensor, lam_i: torch.Tensor, lam: float,
-) -> tuple[float, torch.Tensor]:  # fmt: skip
+    gu: torch.Tensor,
+    gvv: torch.Tensor,
+    uu: torch.Tensor,
+    x: list[int],
+    omega: torch.Tensor,
+    lam_i: torch.Tensor,
+    lam: float,
+) -> tuple[float, torch.Tensor]:
     """J(X) and ŝ (n × K) from Gram matrices: gu = U Vᵀ (n × N), gvv = V Vᵀ, uu = ‖u_i‖²."""
     gxx = gvv[np.ix_(x, x)]
     b = gu[:, x]  # (n, K): u_i · v_j
@@ -106,9 +111,13 @@ def coreset_fit(
 
 
 def coreset_objective(
-    u: torch.Tensor, v: torch.Tensor, x: list[int], omega: torch.Tensor,
-    lam_i: torch.Tensor, lam: float,
-) -> float:  # fmt: skip
+    u: torch.Tensor,
+    v: torch.Tensor,
+    x: list[int],
+    omega: torch.Tensor,
+    lam_i: torch.Tensor,
+    lam: float,
+) -> float:
     """J(X) = Σ_i ω_i ‖u_i − ŝ_i V_X‖² + λ Σ_i ‖ŝ_i‖² computed directly (for checks)."""
     u64, v64 = u.double(), v.double()
     vx = v64[x]
@@ -123,9 +132,15 @@ def coreset_objective(
 
 
 def coreset_search(
-    u: torch.Tensor, v: torch.Tensor, omega: torch.Tensor, lam_i: torch.Tensor, lam: float,
-    k: int, swaps: int, rng: np.random.Generator,
-) -> tuple[list[int], torch.Tensor, list[float]]:  # fmt: skip
+    u: torch.Tensor,
+    v: torch.Tensor,
+    omega: torch.Tensor,
+    lam_i: torch.Tensor,
+    lam: float,
+    k: int,
+    swaps: int,
+    rng: np.random.Generator,
+) -> tuple[list[int], torch.Tensor, list[float]]:
     """Greedy local search: random K-subset of the N candidates (rows of v), then up to
     ``swaps`` passes, each applying the single (out, in) swap that lowers J(X) most; stops when
     none does. Returns X (sorted), ŝ (n × K, columns in X's order) and J after each pass."""
@@ -157,7 +172,7 @@ def coreset_search(
 
 @dataclass(frozen=True)
 class FedSteerConfig:
-    """FedSteer (ALGORITHMS.md §2.5); defaults are the reference main run."""
+    """FedSteer (methods: FedSteer); defaults are the reference main run."""
 
     core_size: int = 10  # K, clients whose full pseudo-gradient is cached
     ridge: float = 0.5  # λ of the ridge projection
@@ -224,8 +239,9 @@ class FedSteer:
             everyone = range(len(self.probs))
             decisions = {i: (FRESH if i in selected else ORACLE) for i in everyone}
             return RoundPlan(tuple(ClientTask(i, t, Train()) for i in everyone), decisions)
-        return RoundPlan(tuple(ClientTask(i, t, Train()) for i in selected),
-                         {i: FRESH for i in selected})  # fmt: skip
+        return RoundPlan(
+            tuple(ClientTask(i, t, Train()) for i in selected), {i: FRESH for i in selected}
+        )
 
     def client_work(self, ctx, task: ClientTask, w: torch.Tensor):
         return train_and_send(ctx, task, w, self.layout, TopK(1.0))  # the dense Δ
@@ -243,8 +259,9 @@ class FedSteer:
         last = self.layout.tensors[-1]  # the reference's matching.py::flatten_weights
         return g[..., last.offset : last.offset + last.numel]
 
-    def server_step(self, state: SteerState, t, w, plan, uploads: dict[int, Received],
-                    num_samples) -> StepResult:  # fmt: skip
+    def server_step(
+        self, state: SteerState, t, w, plan, uploads: dict[int, Received], num_samples
+    ) -> StepResult:
         dim, n, k = w.numel(), len(self.probs), self.core_size
         total_n = sum(num_samples.values())
         d = torch.tensor([num_samples[i] / total_n for i in range(n)], dtype=torch.float32)
@@ -263,12 +280,16 @@ class FedSteer:
                 remapped = s_before.clone()
                 remapped[fresh_rows] = coords[fresh_rows]
                 coords = remapped
-        q = (torch.stack([self._h(state, j, dim) for j in core], 1) / k if core
-             else torch.zeros(dim, 0))  # fmt: skip
+        q = (
+            torch.stack([self._h(state, j, dim) for j in core], 1) / k
+            if core
+            else torch.zeros(dim, 0)
+        )
         if t > self.warmup and core and active:
             ids = sorted(active)
-            coords[ids] = ridge_coordinates(q, torch.stack([active[i] for i in ids], 1),
-                                            self.ridge).T  # fmt: skip
+            coords[ids] = ridge_coordinates(
+                q, torch.stack([active[i] for i in ids], 1), self.ridge
+            ).T
         s_use = coords if self.fidelity else s_before
         if not core:
             s_use = torch.zeros(n, 0)
@@ -277,15 +298,23 @@ class FedSteer:
         v = fedsteer_direction(q, s_use, d, active, s_hat, p)
         final = t >= self.warmup  # the core set is final: keep h only for its members
         cache = state.cache.only(set(core)) if final else state.cache
-        cache = cache.updated({i: self.beta * active[i] for i in sorted(active)
-                               if not final or i in core})  # fmt: skip
+        cache = cache.updated(
+            {i: self.beta * active[i] for i in sorted(active) if not final or i in core}
+        )
         weights = {i: float(d[i]) / p[i] for i in active}
         norms = {i: float(gi.norm()) for i, gi in g.items()}
-        return StepResult(SteerState(cache, coords, tuple(core)),
-                          w - self.env.server_lr * v, weights, norms)  # fmt: skip
+        return StepResult(
+            SteerState(cache, coords, tuple(core)), w - self.env.server_lr * v, weights, norms
+        )
 
-    def _warmup(self, state: SteerState, t: int, g: dict[int, torch.Tensor], d: torch.Tensor,
-                coords: torch.Tensor) -> tuple[torch.Tensor, tuple[int, ...]]:  # fmt: skip
+    def _warmup(
+        self,
+        state: SteerState,
+        t: int,
+        g: dict[int, torch.Tensor],
+        d: torch.Tensor,
+        coords: torch.Tensor,
+    ) -> tuple[torch.Tensor, tuple[int, ...]]:
         """Core-set search on the clients with a fresh g_i (all N in fidelity mode)."""
         n, k, dim = len(self.probs), self.core_size, next(iter(g.values())).numel()
         rows = sorted(g)

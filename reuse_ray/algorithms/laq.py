@@ -1,4 +1,4 @@
-"""LAQ adapted to FL rounds (ALGORITHMS.md §2.12): b-bit innovation quantisation with a lazy
+"""LAQ adapted to FL rounds (methods: LAQ): b-bit innovation quantisation with a lazy
 skip rule.
 
 A selected client trains, quantises Δ relative to its last upload Q_i on 2^b levels of
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..checks import check_choice, check_range
 from ..codecs import (
     KIND_SKIP,
     decode_laq,
@@ -29,7 +30,6 @@ from ..codecs import (
     laq_payload_bytes,
     message_kind,
 )
-from ..config import check_choice, check_range
 from ..lazy import torch
 from .api import (
     FRESH,
@@ -48,7 +48,7 @@ from .registry import register
 
 @dataclass(frozen=True)
 class LAQConfig:
-    """LAQ adapted to FL rounds (ALGORITHMS.md §2.12)."""
+    """LAQ adapted to FL rounds (methods: LAQ)."""
 
     # b, bits per coordinate (2^b levels). The official 4 makes the quantisation-error term
     # 3(ε + ε̂) exceed the innovation of whole local-training updates, so every later
@@ -95,7 +95,7 @@ def laq_dequantize(q: torch.Tensor, radius: float, codes: torch.Tensor, bits: in
 def laq_quantize(
     delta: torch.Tensor, q: torch.Tensor | None, bits: int
 ) -> tuple[float, torch.Tensor, torch.Tensor]:
-    """(R, codes, Q(Δ)) with codes = ⌊(Δ − Q + R + δ)/(2δ)⌋ clamped to [0, 2^b − 1] (§2.12).
+    """(R, codes, Q(Δ)) with codes = ⌊(Δ − Q + R + δ)/(2δ)⌋ clamped to [0, 2^b − 1] (methods: LAQ).
 
     R is rounded to fp32 first, so the server's :func:`laq_dequantize` reproduces Q(Δ)
     bit-for-bit from (R, codes). R = 0 (Δ = Q) gives codes 0 and Q(Δ) = Q.
@@ -138,7 +138,8 @@ def laq_upload(
 
 
 def laq_threshold(history: tuple[float, ...], c_thr: float, xi: float, depth: int) -> float:
-    """c_thr · Σ_{d=1..D} ξ_d ‖w^{t+1−d} − w^{t−d}‖², ξ_d = xi / min(D, len(history)) (§2.12)."""
+    """c_thr · Σ_{d=1..D} ξ_d ‖w^{t+1−d} − w^{t−d}‖², ξ_d = xi / min(D, len(history))
+    (methods: LAQ)."""
     recent = history[-depth:]
     if not recent:
         return 0.0
@@ -191,8 +192,16 @@ class LAQ:
         head = {"round_": task.round, "client": task.client, "num_samples": n}
         eps_hat, clock = task.local if task.local is not None else (0.0, 0)
         radius, codes, q_new = laq_quantize(res.delta, work.q, self.bits)
-        upload, eps = laq_upload(q_new, work.q, res.delta, eps_hat, work.threshold, clock,
-                                 self.max_clock, force_first=self.variant == "fl")  # fmt: skip
+        upload, eps = laq_upload(
+            q_new,
+            work.q,
+            res.delta,
+            eps_hat,
+            work.threshold,
+            clock,
+            self.max_clock,
+            force_first=self.variant == "fl",
+        )
         if upload:
             msg, local = encode_laq(radius, codes, self.bits, **head), (eps, 0)
         else:
@@ -206,8 +215,9 @@ class LAQ:
         radius, codes, bits = decode_laq(messages[0], self.env.layout.dim)
         return (radius, codes), laq_payload_bytes(self.env.layout.dim, bits)
 
-    def server_step(self, state: LAQState, t, w, plan, uploads: dict[int, Received],
-                    num_samples) -> StepResult:  # fmt: skip
+    def server_step(
+        self, state: LAQState, t, w, plan, uploads: dict[int, Received], num_samples
+    ) -> StepResult:
         if self.variant == "authors":  # Σ_m Q_m over the workers
             alpha = dict.fromkeys(num_samples, 1.0)
         else:

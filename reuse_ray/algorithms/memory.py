@@ -1,5 +1,6 @@
-"""The per-client memory bank shared by the stale-update methods (ALGORITHMS.md §2.6–§2.8,
-§2.11.2, §2.12).
+"""The per-client memory bank shared by the stale-update methods (methods: MIFA,
+FedVARP and FedStale,
+methods: EF21-PP, LAQ).
 
 Methods that keep one d-float memory y_i per client (MIFA, FedVARP/FedStale, EF21-PP, LAQ) hold
 them in a :class:`MemoryBank`: the memories in a :class:`~reuse_ray.algorithms.table.ClientTable`

@@ -1,4 +1,4 @@
-"""MIFA: memory-augmented averaging over every client's last update (ALGORITHMS.md §2.6).
+"""MIFA: memory-augmented averaging over every client's last update (methods: MIFA).
 
     w_{t+1} = w_t + η_s · η_k Σ_j a_j G_j,   G_i = Δ_i / η_k   (a_j = 1/N, or n_j / Σ n)
 
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config import check_choice
+from ..checks import check_choice
 from ..lazy import torch
 from .api import (
     FILL,
@@ -40,7 +40,7 @@ from .uplink import ErrorFeedback, TopK, compressor_for, decode_update, train_an
 
 @dataclass(frozen=True)
 class MIFAConfig:
-    """MIFA (ALGORITHMS.md §2.6): the server averages every client's last update."""
+    """MIFA (methods: MIFA): the server averages every client's last update."""
 
     init: str = "zero"  # zero: G_i = 0 (fdu_no_wait) | wait: fill all G_i once all were seen (fdu)
     weights: str = "uniform"  # uniform 1/N (official) | samples: α_i = n_i / Σ n
@@ -107,8 +107,9 @@ class MIFA:
     def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
         return decode_update(messages[0], self.env.layout)
 
-    def server_step(self, state: MIFAState, t, w, plan, uploads: dict[int, Received],
-                    num_samples) -> StepResult:  # fmt: skip
+    def server_step(
+        self, state: MIFAState, t, w, plan, uploads: dict[int, Received], num_samples
+    ) -> StepResult:
         seen = state.seen | set(plan.decisions)
         if not state.filled and not uploads:  # 'wait': still waiting
             return StepResult(MIFAState(state.bank, seen, False), w.clone(), {}, {})
@@ -122,8 +123,9 @@ class MIFA:
             return StepResult(MIFAState(bank, seen, True, 0), w.clone(), weights, norms(deltas))
         step = bank.total if eta is None else eta * bank.total
         w_next = w + self.env.server_lr * step
-        return StepResult(MIFAState(bank, seen, True, state.moves + 1), w_next, weights,
-                          norms(deltas))  # fmt: skip
+        return StepResult(
+            MIFAState(bank, seen, True, state.moves + 1), w_next, weights, norms(deltas)
+        )
 
     def memory_bytes(self, state: MIFAState) -> int:
         return state.bank.nbytes()

@@ -1,4 +1,4 @@
-"""The method registry: every table of methods derives from it (ARCHITECTURE.md).
+"""The method registry: every table of methods derives from it (design: Engines).
 
 A method module registers a builder with :func:`register`, naming its config block (the
 frozen dataclass read from ``method.<block>`` of a run config), its define-by-run search space and
@@ -52,16 +52,27 @@ _loaded = False
 
 
 def register(
-    name: str, *, config: type | None = None, block: str | None = None,
-    space: Callable | None = None, sparse_uplink: bool = True, error_feedback: bool = False,
-) -> Callable:  # fmt: skip
+    name: str,
+    *,
+    config: type | None = None,
+    block: str | None = None,
+    space: Callable | None = None,
+    sparse_uplink: bool = True,
+    error_feedback: bool = False,
+) -> Callable:
     """Decorator for a builder ``build(params, env) -> Method`` of the method ``name``."""
 
     def wrap(build: Callable) -> Callable:
         _REGISTRY[name] = MethodSpec(
-            name, build, config, (block or name) if config is not None else None, space,
-            sparse_uplink, error_feedback, build.__module__,
-        )  # fmt: skip
+            name,
+            build,
+            config,
+            (block or name) if config is not None else None,
+            space,
+            sparse_uplink,
+            error_feedback,
+            build.__module__,
+        )
         return build
 
     return wrap
@@ -94,6 +105,19 @@ def load_module(ref: str) -> str:
         return name
     importlib.import_module(ref)
     return ref
+
+
+def load_method_module(ref: str) -> None:
+    """:func:`load_module` for a config's ``method.module``: a missing file or an import that
+    fails is a :class:`~reuse_ray.checks.ConfigError` naming the field."""
+    from ..checks import ConfigError
+
+    try:
+        load_module(ref)
+    except FileNotFoundError as err:
+        raise ConfigError("module", str(err).split(": ", 1)[-1]) from None
+    except ImportError as err:
+        raise ConfigError("module", f"cannot import {ref!r}: {err}") from None
 
 
 def _ordered() -> list[MethodSpec]:

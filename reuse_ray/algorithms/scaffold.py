@@ -1,4 +1,4 @@
-"""SCAFFOLD with option II control variates (ALGORITHMS.md §2.9).
+"""SCAFFOLD with option II control variates (methods: SCAFFOLD).
 
 Server state: the control c over the trainable coordinates; each client keeps its own c_i
 (client-local state, held by the simulation in the store). A selected client trains with the
@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..checks import check_choice
 from ..codecs import KIND_CONTROL, encode_vector
-from ..config import check_choice
 from ..lazy import torch
 from ..state import StateLayout
 from .api import (
@@ -38,7 +38,7 @@ from .uplink import TopK, decode_dense, decode_update, encode_dense, encode_upda
 
 @dataclass(frozen=True)
 class ScaffoldConfig:
-    """SCAFFOLD option II (ALGORITHMS.md §2.9); the server lr is ``fl.server_lr``."""
+    """SCAFFOLD option II (methods: SCAFFOLD); the server lr is ``fl.server_lr``."""
 
     weighting: str = "uniform"  # uniform 1/|S_t| (paper) | samples: π_i
     # K in c_i⁺ = c_i − c + (w_t − y)/(K η_l): momentum = the plain-SGD-equivalent step count
@@ -146,8 +146,10 @@ class Scaffold:
         k = effective_steps(res.steps, tc.momentum) if self.steps == "momentum" else res.steps
         c_new = scaffold_new_control(c, c_i, res.delta, layout.trainable_mask(), k, tc.lr)
         dc = c_new if c_i is None else c_new - c_i
-        msgs = (encode_update(upd, layout, task, ctx.num_samples(task.client)),
-                encode_dense(dc, self.trainable, KIND_CONTROL, task))  # fmt: skip
+        msgs = (
+            encode_update(upd, layout, task, ctx.num_samples(task.client)),
+            encode_dense(dc, self.trainable, KIND_CONTROL, task),
+        )
         return ClientResult(msgs, c_new, res.mean_loss, res.steps, res.finite)
 
     def decode(self, task: ClientTask, messages: tuple[bytes, ...]):
@@ -156,8 +158,9 @@ class Scaffold:
         control = decode_dense(messages[1], self.trainable)
         return (update, control), nbytes + self.trainable.dense_bytes
 
-    def server_step(self, state: torch.Tensor, t, w, plan, uploads: dict[int, Received],
-                    num_samples) -> StepResult:  # fmt: skip
+    def server_step(
+        self, state: torch.Tensor, t, w, plan, uploads: dict[int, Received], num_samples
+    ) -> StepResult:
         clients = sorted(uploads)
         if not clients:
             return StepResult(state, w.clone(), {}, {})
@@ -165,8 +168,9 @@ class Scaffold:
         updates = {i: uploads[i].value[0] for i in clients}
         dy = {i: weighted_sum([(1.0, updates[i])], w.numel()) for i in clients}
         dc = {i: uploads[i].value[1] for i in clients}
-        w_next, c_next = scaffold_server_step(w, state, dy, dc, weights, self.env.num_clients,
-                                              self.env.server_lr)  # fmt: skip
+        w_next, c_next = scaffold_server_step(
+            w, state, dy, dc, weights, self.env.num_clients, self.env.server_lr
+        )
         return StepResult(c_next, w_next, weights, norms(updates))
 
     def memory_bytes(self, state: torch.Tensor) -> int:

@@ -1,4 +1,4 @@
-"""Per-client values of a method's state, held where the hosting process says (ARCHITECTURE.md
+"""Per-client values of a method's state, held where the hosting process says (design: Engines
 "state holds values").
 
 A :class:`ClientTable` is an immutable mapping client → value (a cached update, a memory y_i, a

@@ -1,5 +1,6 @@
-"""Composable uplink stages and the client side that most methods share (ALGORITHMS.md §2.1,
-§2.11.1, §3.1).
+"""Composable uplink stages and the client side that most methods share (methods: FedAvg and
+the Top-K control,
+methods: Fed-EF; design: Ledgers).
 
 A *compressor* turns the client's update into what goes on the wire and may keep client-local
 state between participations: :class:`TopK` (per-tensor Top-K at keep ratio r; r = 1 is the
@@ -38,7 +39,7 @@ class Compressor(Protocol):
 
 @dataclass(frozen=True)
 class TopK:
-    """Per-tensor Top-K at keep ratio r (§2.1); stateless."""
+    """Per-tensor Top-K at keep ratio r (methods: FedAvg and the Top-K control); stateless."""
 
     ratio: float = 1.0
 
@@ -48,7 +49,7 @@ class TopK:
 
 @dataclass(frozen=True)
 class ErrorFeedback:
-    """Fed-EF (§2.11.1) around a Top-K compressor: p = x + e, c = TopK(p), e' = p − c."""
+    """Fed-EF (methods: Fed-EF) around a Top-K compressor: p = x + e, c = TopK(p), e' = p − c."""
 
     inner: TopK
 
@@ -63,12 +64,16 @@ def compressor_for(env: MethodEnv) -> TopK | ErrorFeedback:
 
 
 def encode_update(
-    update: SparseUpdate, layout: StateLayout, task: ClientTask, num_samples: int,
+    update: SparseUpdate,
+    layout: StateLayout,
+    task: ClientTask,
+    num_samples: int,
     skip: tuple[int, ...] = (),
-) -> bytes:  # fmt: skip
+) -> bytes:
     """The uplink message of an update: header and each tensor in its cheapest layout."""
-    return encode(update, layout, round_=task.round, client=task.client, num_samples=num_samples,
-                  skip=skip)  # fmt: skip
+    return encode(
+        update, layout, round_=task.round, client=task.client, num_samples=num_samples, skip=skip
+    )
 
 
 def decode_update(message: bytes, layout: StateLayout) -> tuple[SparseUpdate, int]:
@@ -87,10 +92,17 @@ def decode_dense(message: bytes, layout: StateLayout) -> torch.Tensor:
 
 
 def train_and_send(
-    ctx: ClientContext, task: ClientTask, w: torch.Tensor, layout: StateLayout,
-    compressor: TopK | ErrorFeedback, *, mu: float = 0.0, skip: tuple[int, ...] = (),
-    extra: tuple[bytes, ...] = (), lr: float | None = None,
-) -> ClientResult:  # fmt: skip
+    ctx: ClientContext,
+    task: ClientTask,
+    w: torch.Tensor,
+    layout: StateLayout,
+    compressor: TopK | ErrorFeedback,
+    *,
+    mu: float = 0.0,
+    skip: tuple[int, ...] = (),
+    extra: tuple[bytes, ...] = (),
+    lr: float | None = None,
+) -> ClientResult:
     """The common client side: local training (``lr`` overrides train.lr), the compressor, one
     update message (+ extra)."""
     res = ctx.train(task, w, mu=mu, lr=lr)

@@ -1,4 +1,5 @@
-"""Datasets, splits and partitions (ALGORITHMS.md §1.6, §4.1)."""
+"""Datasets, splits and partitions (design: Keyed streams and pairing; methods: The paper's
+protocol)."""
 
 from .partition import class_counts, make_partition
 from .registry import (

@@ -1,4 +1,5 @@
-"""Client partitions of the training split, all driven by the keyed RNG (ALGORITHMS.md §1.6, §4.1).
+"""Client partitions of the training split, all driven by the keyed RNG (design: Keyed streams
+and pairing; methods: The paper's protocol).
 
 * ``dirichlet``: per class, proportions over clients ~ Dir(α·1_N); retried until every client
   holds at least ``min_size`` samples, then (if retries run out) topped up deterministically from

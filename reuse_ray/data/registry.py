@@ -1,8 +1,10 @@
-"""Dataset registry: train / validation / test arrays for every task of ALGORITHMS.md §4.1.
+"""Dataset registry: train / validation / test arrays for every task of the paper's protocol
+(methods: The paper's protocol).
 
 Each loader returns :class:`FederatedData`: the training and validation arrays, and the test
 split behind :meth:`FederatedData.test`, which loads it lazily. The engine calls it once, at the
-final round fixed in advance (§6 item 1); a split can forbid it outright (:meth:`forbid_test`)
+final round fixed in advance (design: Validation-only search); a split can forbid it outright
+(:meth:`forbid_test`)
 so a search stage provably never reads it.
 
 Images are kept in their stored dtype (uint8 for the real datasets) and normalised per batch by
@@ -127,8 +129,10 @@ def _unavailable(
     name: str, root: Path, err: Exception | None = None, download: bool = False
 ) -> DatasetUnavailableError:
     if download:  # `fetch` or data.download=true: the download itself failed
-        msg = (f"downloading dataset {name!r} into {str(root)!r} failed — check this machine's "
-               "network access, or copy the dataset's files into that folder")  # fmt: skip
+        msg = (
+            f"downloading dataset {name!r} into {str(root)!r} failed — check this machine's "
+            "network access, or copy the dataset's files into that folder"
+        )
     else:
         msg = f"dataset {name!r} is not available under data root {str(root)!r}; " + (
             DOWNLOAD_HINT.format(name=name, root=root)
@@ -173,8 +177,9 @@ def _synthetic(cfg) -> FederatedData:
     templates = rng.standard_normal((k, *shape)).astype(np.float32)
     y = rng.integers(0, k, size=n).astype(np.int64)
     rest, test = stratified_split(y, 0.2, generator(cfg.split_seed, Purpose.DATA_SPLIT, 1))
-    keep, val = stratified_split(y[rest], cfg.val_fraction,
-                                 generator(cfg.split_seed, Purpose.DATA_SPLIT, 2))  # fmt: skip
+    keep, val = stratified_split(
+        y[rest], cfg.val_fraction, generator(cfg.split_seed, Purpose.DATA_SPLIT, 2)
+    )
     # each split's source rows, increasing (stratified_split sorts), and its images
     sources = (rest[keep], rest[val], test)
     images = [np.empty((len(src), *shape), dtype=np.float32) for src in sources]
@@ -266,8 +271,7 @@ def _idx_folder(name: str, root: Path, download: bool) -> Path:
         _tv_arrays(name, root, False, True)
         folder = idx.locate(spec, root)
     if folder is None:
-        where = f"data root {str(root)!r}" + "".join(
-            f" nor in {d}" for d in spec.system_dirs)  # fmt: skip
+        where = f"data root {str(root)!r}" + "".join(f" nor in {d}" for d in spec.system_dirs)
         raise DatasetUnavailableError(
             f"dataset {name!r} is not available under {where}; {idx.where_to_get(spec, root)}; "
             f"or " + DOWNLOAD_HINT.format(name=name, root=root)
@@ -380,8 +384,10 @@ def _check_folder(root: Path) -> None:
     for parent in (root, *root.parents):
         if parent.exists():
             if not parent.is_dir():
-                raise UserError(f"fetch --root: {str(root)!r} cannot be a folder — "
-                                f"{str(parent)!r} is a file; give a folder")  # fmt: skip
+                raise UserError(
+                    f"fetch --root: {str(root)!r} cannot be a folder — "
+                    f"{str(parent)!r} is a file; give a folder"
+                )
             return
 
 
@@ -394,8 +400,9 @@ def fetch(name: str, root: str | None, image_size: int = 28) -> Path:
     if name not in FETCHABLE:
         raise UserError(f"fetch: unknown dataset {name!r} — allowed: {', '.join(FETCHABLE)}")
     if name == "pathmnist" and image_size not in MEDMNIST_SIZES:
-        raise UserError(f"fetch --image-size: {image_size} — allowed: "
-                        + ", ".join(map(str, MEDMNIST_SIZES)))  # fmt: skip
+        raise UserError(
+            f"fetch --image-size: {image_size} — allowed: " + ", ".join(map(str, MEDMNIST_SIZES))
+        )
     r = default_root(root)
     if name in idx.IDX_DATASETS:
         spec = idx.IDX_DATASETS[name]
@@ -406,8 +413,10 @@ def fetch(name: str, root: str | None, image_size: int = 28) -> Path:
     try:
         r.mkdir(parents=True, exist_ok=True)
     except OSError as err:
-        raise UserError(f"fetch --root: cannot create {str(r)!r} ({err.strerror or err}) — "
-                        "give a writable folder") from None  # fmt: skip
+        raise UserError(
+            f"fetch --root: cannot create {str(r)!r} ({err.strerror or err}) — "
+            "give a writable folder"
+        ) from None
     if name in idx.IDX_DATASETS:
         try:
             return _idx_folder(name, r, download=True)

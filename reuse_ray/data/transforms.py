@@ -1,8 +1,9 @@
 """Batch transforms: stored arrays -> normalised float tensors, and keyed CIFAR augmentation.
 
-Augmentation (random crop with 4-pixel zero padding + horizontal flip, ALGORITHMS.md §4.1) draws
-its offsets and flips from a torch.Generator of the keyed ``augment`` stream (§1.6), so every
-method sees the same augmented images for a given (seed, round, client).
+Augmentation (random crop with 4-pixel zero padding and horizontal flip; methods: The paper's
+protocol) draws its offsets and flips from a torch.Generator of the keyed ``augment`` stream
+(design: Keyed streams and pairing), so every method sees the same augmented images for a given
+(seed, round, client).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Thin Ray actors around the pure engine pieces (ARCHITECTURE.md "thin Ray actors").
+"""Thin Ray actors around the pure engine pieces (design: Engines).
 
 * :class:`ClientWorkerActor` wraps one :class:`~reuse_ray.engine.worker.ClientWorker`. It
   receives the run's static inputs once, as object refs whose numpy arrays are read zero-copy
@@ -67,9 +67,13 @@ class WorkerSide:
 
     @ray.method(num_returns=2)
     def build_setup(
-        self, cfg: RunConfig, info: DatasetInfo, train: ArraySplit, val: ArraySplit | None,
+        self,
+        cfg: RunConfig,
+        info: DatasetInfo,
+        train: ArraySplit,
+        val: ArraySplit | None,
         parts: list[np.ndarray],
-    ) -> tuple[RunSetup, RunFacts]:  # fmt: skip
+    ) -> tuple[RunSetup, RunFacts]:
         """The run's setup, built in this process (the driver builds no model), without its
         training split (an object of its own), and the facts the driver records. Called by
         the driver, so both objects are the driver's and outlive this actor."""
@@ -110,8 +114,9 @@ class WorkerSide:
         """:meth:`run_many` for a vectorized group (``engine.vectorize``)."""
         return _three(self._worker(setup_box).run_group(_fetch_tasks(tasks), _as_tensor(w)))
 
-    def validate(self, w: np.ndarray, setup_box: list, batches: range,
-                 split: ArraySplit | None = None) -> list:  # fmt: skip
+    def validate(
+        self, w: np.ndarray, setup_box: list, batches: range, split: ArraySplit | None = None
+    ) -> list:
         """Part of the evaluation of ``w`` on ``split`` (default: the validation split;
         :meth:`ClientWorker.validate`), as a task of a round's queue or on its own."""
         return self._worker(setup_box).validate(_as_tensor(w), batches, split)
@@ -137,8 +142,11 @@ def _fetch_tasks(handles: list[TaskHandle]) -> list[ClientTask]:
 
 def _three(outs: list[ClientOutcome]) -> tuple[tuple, tuple, tuple]:
     """Outcomes as the three objects a call returns: metadata, messages, local states."""
-    return (tuple(dataclasses.replace(o, messages=(), local=None) for o in outs),
-            tuple(o.messages for o in outs), tuple(o.local for o in outs))  # fmt: skip
+    return (
+        tuple(dataclasses.replace(o, messages=(), local=None) for o in outs),
+        tuple(o.messages for o in outs),
+        tuple(o.local for o in outs),
+    )
 
 
 def fetch_indexed(pairs: list, get=ray.get) -> list:
@@ -213,9 +221,13 @@ class ServerSide:
 
     @ray.method(num_returns=2)
     def plan(
-        self, t: int, selected: list[int], metas: list[ClientOutcome], message_refs: list,
+        self,
+        t: int,
+        selected: list[int],
+        metas: list[ClientOutcome],
+        message_refs: list,
         local_refs: list,
-    ) -> tuple[tuple[int, ...], RoundPlan]:  # fmt: skip
+    ) -> tuple[tuple[int, ...], RoundPlan]:
         """The planned tasks' client ids (for the driver) and the plan, an object the driver
         owns and hands to :meth:`each_task` and :meth:`step` unread."""
         plan = self.core.plan(t, selected, _outcomes(metas, message_refs, local_refs))
@@ -227,8 +239,15 @@ class ServerSide:
         tasks = tuple(source.tasks if isinstance(source, RoundPlan) else source)
         return tasks[0] if len(tasks) == 1 else tasks
 
-    def step(self, t: int, selected: list[int], plan: RoundPlan, metas: list[ClientOutcome],
-             message_refs: list, local_refs: list) -> RoundReport:  # fmt: skip
+    def step(
+        self,
+        t: int,
+        selected: list[int],
+        plan: RoundPlan,
+        metas: list[ClientOutcome],
+        message_refs: list,
+        local_refs: list,
+    ) -> RoundReport:
         return self.core.step(t, selected, plan, _outcomes(metas, message_refs, local_refs))
 
     def snapshot(self) -> dict:

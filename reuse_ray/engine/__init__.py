@@ -1,4 +1,4 @@
-"""The round loop and the backends it runs on (ALGORITHMS.md §1.5); no Ray imports here.
+"""The round loop and the backends it runs on (design: Runs); no Ray imports here.
 
 Every name is imported on first use (see ``_WHERE``)."""
 
@@ -6,13 +6,25 @@ Every name is imported on first use (see ``_WHERE``)."""
 # and the server core, not the Parquet writer (pyarrow, pandas); the driver of the Ray engine
 # needs the loop and the records, not the local backend (torch)
 _WHERE = {
-    "Backend": "backend", "LocalBackend": "local", "ServerCore": "server",
-    "ClientWorker": "worker", "play_round": "round", "select_clients": "sampling",
-    "uniform_selection": "sampling", "ClientError": "records", "ClientOutcome": "records",
-    "RoundReport": "records", "RunSetup": "records", "make_setup": "setup",
-    "RunHooks": "loop", "RunSummary": "loop", "make_backend": "loop", "prepare_data": "loop",
+    "Backend": "backend",
+    "BackendBase": "backend",
+    "LocalBackend": "local",
+    "ServerCore": "server",
+    "ClientWorker": "worker",
+    "play_round": "round",
+    "select_clients": "sampling",
+    "uniform_selection": "sampling",
+    "ClientError": "records",
+    "ClientOutcome": "records",
+    "RoundReport": "records",
+    "RunSetup": "records",
+    "make_setup": "setup",
+    "RunHooks": "loop",
+    "RunSummary": "loop",
+    "make_backend": "loop",
+    "prepare_data": "loop",
     "run_fl": "loop",
-}  # fmt: skip
+}
 
 
 def __getattr__(name: str):
@@ -25,6 +37,7 @@ def __getattr__(name: str):
 
 __all__ = [
     "Backend",
+    "BackendBase",
     "ClientError",
     "ClientOutcome",
     "ClientWorker",

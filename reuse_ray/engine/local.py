@@ -13,6 +13,7 @@ from .. import checkpoint
 from ..algorithms.api import ClientTask
 from ..config import RunConfig
 from ..data.registry import ArraySplit, FederatedData
+from .backend import BackendBase
 from .records import ClientOutcome, RoundReport, RunFacts, RunSetup, combine_batches
 from .round import play_round, vector_groups
 from .server import ServerCore
@@ -35,15 +36,16 @@ class LocalPool:
         :func:`~reuse_ray.engine.worker.vector_groups`."""
         self.worker, self.vectorize_group = worker, vectorize_group
 
-    def run(self, tasks: Sequence[ClientTask], w: torch.Tensor,
-            main: bool = False) -> list[ClientOutcome]:  # fmt: skip
+    def run(
+        self, tasks: Sequence[ClientTask], w: torch.Tensor, main: bool = False
+    ) -> list[ClientOutcome]:
         if self.vectorize_group:
             groups = vector_groups(tasks, self.vectorize_group)
             return [out for g in groups for out in self.worker.run_group(g, w)]
         return [self.worker.run(task, w) for task in sorted(tasks, key=lambda x: x.client)]
 
 
-class LocalBackend:
+class LocalBackend(BackendBase):
     """Runs the server step and every client task in this process, one after the other."""
 
     name = "local"
@@ -68,8 +70,9 @@ class LocalBackend:
         self.setup = setup
         self.server = LocalServer(setup)
         e = setup.cfg.engine
-        self.pool = LocalPool(ClientWorker(setup, self.device),
-                              e.vectorize_group if e.vectorize else 0)  # fmt: skip
+        self.pool = LocalPool(
+            ClientWorker(setup, self.device), e.vectorize_group if e.vectorize else 0
+        )
 
     def _check(self) -> tuple[LocalServer, LocalPool]:
         if self.server is None or self.pool is None:

@@ -1,4 +1,4 @@
-"""What the driver records of a run (ALGORITHMS.md §3.3): ledgers, rows and the checkpoint.
+"""What the driver records of a run (design: Ledgers): ledgers, rows and the checkpoint.
 
 :class:`Recorder` turns each :class:`~reuse_ray.engine.records.RoundReport` into a ``rounds`` row
 and ``client_events`` rows, keeps the ledgers' running sums (charging each client by its
@@ -33,7 +33,8 @@ class RunCheckpoint:
 
 
 def round_bytes(report: RoundReport, b0: int) -> RoundBytes:
-    """One round in both ledgers (§3.3): every reported client's uplink and downlink, and B0 of
+    """One round in both ledgers (design: Ledgers): every reported client's uplink and downlink,
+    and B0 of
     dense reference and of downlink sensitivity per client of S_t. Work done outside S_t
     (``oracle``, ``fill``) is uplink and downlink, never reference."""
     rb = RoundBytes()
@@ -68,32 +69,54 @@ class Recorder:
         cum = self.cum
         losses = [c.train_loss for c in report.clients if c.train_loss is not None]
         row = {
-            "run_id": self.run_id, "seed": self.seed, "round": t,
+            "run_id": self.run_id,
+            "seed": self.seed,
+            "round": t,
             "num_selected": sum(1 for c in report.clients if c.decision.selected),
             "num_fresh": sum(1 for c in report.clients if c.decision.fresh),
             "num_reused": sum(1 for c in report.clients if c.decision.reused),
             "train_loss": float(np.mean(losses)) if losses else None,
-            "val_acc": val[0] if val else None, "val_loss": val[1] if val else None,
-            "up_restricted": rb.up_restricted, "down_sensitivity": rb.down_sensitivity,
-            "dense_reference": rb.dense_reference, "up_measured": rb.up_measured,
-            "down_measured": rb.down_measured, "cum_up_restricted": cum.up_restricted,
+            "val_acc": val[0] if val else None,
+            "val_loss": val[1] if val else None,
+            "up_restricted": rb.up_restricted,
+            "down_sensitivity": rb.down_sensitivity,
+            "dense_reference": rb.dense_reference,
+            "up_measured": rb.up_measured,
+            "down_measured": rb.down_measured,
+            "cum_up_restricted": cum.up_restricted,
             "cum_down_sensitivity": cum.down_sensitivity,
-            "cum_dense_reference": cum.dense_reference, "cum_up_measured": cum.up_measured,
-            "cum_down_measured": cum.down_measured, "saving_restricted": rb.saving_restricted,
+            "cum_dense_reference": cum.dense_reference,
+            "cum_up_measured": cum.up_measured,
+            "cum_down_measured": cum.down_measured,
+            "saving_restricted": rb.saving_restricted,
             "cum_saving_restricted": cum.saving_restricted,
             "cum_saving_bidirectional": cum.saving_bidirectional,
-            "client_steps": steps, "update_norm": report.update_norm, "round_wall_s": wall,
-        }  # fmt: skip
+            "client_steps": steps,
+            "update_norm": report.update_norm,
+            "round_wall_s": wall,
+        }
         self.writer.add("rounds", row)
         for c in report.clients:
-            self.writer.add("client_events", {
-                "run_id": self.run_id, "seed": self.seed, "round": t, "client_id": c.client,
-                "decision": c.decision.name, "num_samples": c.num_samples, "weight": c.weight,
-                "train_loss": c.train_loss, "local_steps": c.local_steps,
-                "up_restricted": c.up_restricted, "up_measured": c.up_measured,
-                "down_measured": c.down_measured, "update_norm": c.update_norm,
-                **{k: c.columns.get(k) for k in EVENT_COLUMNS}, "wall_s": c.wall_s,
-            })  # fmt: skip
+            self.writer.add(
+                "client_events",
+                {
+                    "run_id": self.run_id,
+                    "seed": self.seed,
+                    "round": t,
+                    "client_id": c.client,
+                    "decision": c.decision.name,
+                    "num_samples": c.num_samples,
+                    "weight": c.weight,
+                    "train_loss": c.train_loss,
+                    "local_steps": c.local_steps,
+                    "up_restricted": c.up_restricted,
+                    "up_measured": c.up_measured,
+                    "down_measured": c.down_measured,
+                    "update_norm": c.update_norm,
+                    **{k: c.columns.get(k) for k in EVENT_COLUMNS},
+                    "wall_s": c.wall_s,
+                },
+            )
         return row
 
     def checkpoint(self, t: int, server: Any = None) -> RunCheckpoint:
@@ -106,11 +129,12 @@ class Recorder:
         """The ledger and step columns of the ``runs`` row."""
         cum = self.cum
         return {
-            "cum_up_restricted": cum.up_restricted, "cum_down_sensitivity": cum.down_sensitivity,
-            "cum_dense_reference": cum.dense_reference, "cum_up_measured": cum.up_measured,
+            "cum_up_restricted": cum.up_restricted,
+            "cum_down_sensitivity": cum.down_sensitivity,
+            "cum_dense_reference": cum.dense_reference,
+            "cum_up_measured": cum.up_measured,
             "cum_down_measured": cum.down_measured,
             "cum_saving_restricted": cum.saving_restricted if cum.dense_reference else None,
-            "cum_saving_bidirectional": (cum.saving_bidirectional if cum.dense_reference
-                                         else None),
+            "cum_saving_bidirectional": (cum.saving_bidirectional if cum.dense_reference else None),
             "client_steps": self.total_steps,
-        }  # fmt: skip
+        }

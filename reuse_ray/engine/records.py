@@ -29,8 +29,8 @@ class RunSetup:
     partitions: tuple[np.ndarray, ...]
     model_name: str
     layout: StateLayout
-    w0: torch.Tensor  # the initial global state (§1.2)
-    probs: tuple[float, ...]  # p_i of the participation model (§1.4)
+    w0: torch.Tensor  # the initial global state (methods: Conventions)
+    probs: tuple[float, ...]  # p_i of the participation model (methods: Conventions)
     method: Method  # built once, on the driver, from the run's config
     val: ArraySplit | None = None  # the validation split, for workers that validate w_t
 

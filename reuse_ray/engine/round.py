@@ -1,4 +1,4 @@
-"""One round, written once for every backend (ALGORITHMS.md §1.5): probe → plan → train → step.
+"""One round, written once for every backend (design: Runs): probe → plan → train → step.
 
 A backend supplies the server (in process, or a handle to the Ray server actor) and a pool that
 maps client tasks over workers; the sequence below is the same for both, so both backends give

@@ -1,4 +1,4 @@
-"""The server side of a round, shared by every backend (ALGORITHMS.md §1.5, §3.3).
+"""The server side of a round, shared by every backend (design: Runs, Ledgers).
 
 :class:`ServerCore` owns the global vector ``w_t``, the method's state and the clients' own
 states (which a real client would keep; the simulation keeps them for it). It plans a round,
@@ -89,14 +89,20 @@ class ServerCore:
                 up_r += decision.idle_uplink
             reports.append(
                 ClientReport(
-                    client=i, decision=decision, num_samples=self.num_samples[i],
-                    weight=result.weights.get(i), up_restricted=up_r, up_measured=up_m,
+                    client=i,
+                    decision=decision,
+                    num_samples=self.num_samples[i],
+                    weight=result.weights.get(i),
+                    up_restricted=up_r,
+                    up_measured=up_m,
                     down_measured=down if decision.downlink else 0,
-                    train_loss=o.mean_loss if o else None, local_steps=o.steps if o else 0,
+                    train_loss=o.mean_loss if o else None,
+                    local_steps=o.steps if o else 0,
                     update_norm=result.contribution_norms.get(i),
-                    wall_s=o.wall_s if o else None, columns=dict(plan.columns.get(i, {})),
+                    wall_s=o.wall_s if o else None,
+                    columns=dict(plan.columns.get(i, {})),
                 )
-            )  # fmt: skip
+            )
         if not diverged:
             self.w, self.state = result.w, result.state
             kept = {o.client: o.local for o in outcomes if o.local is not None}

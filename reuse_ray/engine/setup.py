@@ -26,8 +26,13 @@ def make_setup(
     return build_setup(cfg, data.info, data.train, data.val, parts)
 
 
-def build_setup(cfg: RunConfig, info: DatasetInfo, train: ArraySplit, val: ArraySplit | None,
-                parts: list[np.ndarray]) -> tuple[RunSetup, nn.Module]:  # fmt: skip
+def build_setup(
+    cfg: RunConfig,
+    info: DatasetInfo,
+    train: ArraySplit,
+    val: ArraySplit | None,
+    parts: list[np.ndarray],
+) -> tuple[RunSetup, nn.Module]:
     """:func:`make_setup` from the dataset's parts."""
     model_name = resolve_model_name(cfg.model.name, cfg.data.name)
     model = init_model(model_name, info.shape, info.num_classes, cfg.seed, cfg.model.hidden)
@@ -37,15 +42,27 @@ def build_setup(cfg: RunConfig, info: DatasetInfo, train: ArraySplit, val: Array
         try:
             check_vectorizable(model)
         except ValueError as err:
-            raise UserError(f"engine.vectorize: model {model_name!r} cannot be vectorized: "
-                            f"{err} — allowed: models without BatchNorm (cnn, cnn_valid), or "
-                            "engine.vectorize: false") from None  # fmt: skip
+            raise UserError(
+                f"engine.vectorize: model {model_name!r} cannot be vectorized: "
+                f"{err} — allowed: models without BatchNorm (cnn, cnn_valid), or "
+                "engine.vectorize: false"
+            ) from None
     if cfg.fl.participation == "adversarial":  # the law reads each client's labels
         labels = [train.y[p] for p in parts]
         probs = participation_probs(cfg, labels, info.num_classes)
     else:
         probs = participation_probs(cfg)
     env = MethodEnv.from_config(cfg, layout, head_parameter_names(model), probs)
-    setup = RunSetup(cfg, info, train, tuple(parts), model_name, layout, layout.flatten(model),
-                     env.probs, build_method(cfg, env), val=val)  # fmt: skip
+    setup = RunSetup(
+        cfg,
+        info,
+        train,
+        tuple(parts),
+        model_name,
+        layout,
+        layout.flatten(model),
+        env.probs,
+        build_method(cfg, env),
+        val=val,
+    )
     return setup, model

@@ -42,10 +42,15 @@ class ClientWorker:
         self.setup = setup
         self.device = device
         self.model = set_memory_format(
-            init_model(setup.model_name, setup.info.shape, setup.info.num_classes, cfg.seed,
-                       cfg.model.hidden),
+            init_model(
+                setup.model_name,
+                setup.info.shape,
+                setup.info.num_classes,
+                cfg.seed,
+                cfg.model.hidden,
+            ),
             cfg.engine.channels_last,
-        )  # fmt: skip
+        )
         self.layout = setup.layout
         self.int_buffers = int_buffers(self.model)
         self._stage = "client work"
@@ -57,42 +62,83 @@ class ClientWorker:
         return len(self.setup.partitions[client])
 
     def train(
-        self, task: ClientTask, w: torch.Tensor, *, mu: float = 0.0,
-        correction: dict[str, torch.Tensor] | None = None, lr: float | None = None,
-    ) -> LocalResult:  # fmt: skip
-        """ClientUpdate (§1.3) from w on the client's partition, keyed by (seed, round, client);
+        self,
+        task: ClientTask,
+        w: torch.Tensor,
+        *,
+        mu: float = 0.0,
+        correction: dict[str, torch.Tensor] | None = None,
+        lr: float | None = None,
+    ) -> LocalResult:
+        """ClientUpdate (methods: Conventions) from w on the client's partition, keyed by
+        (seed, round, client);
         ``lr`` overrides ``train.lr`` (a method's own schedule)."""
         s, tc = self.setup, self.setup.cfg.train
         self._stage = "local training"
         res = local_update(
-            self.model, self.layout, w, self.int_buffers, s.train, s.partitions[task.client],
-            s.info, seed=s.cfg.seed, round_=task.round, client=task.client, epochs=tc.epochs,
-            batch_size=tc.batch_size, lr=tc.lr if lr is None else lr, momentum=tc.momentum,
-            weight_decay=tc.weight_decay, mu=mu, correction=correction, augment=s.augment,
-            amp=tc.amp, device=self.device,
-        )  # fmt: skip
+            self.model,
+            self.layout,
+            w,
+            self.int_buffers,
+            s.train,
+            s.partitions[task.client],
+            s.info,
+            seed=s.cfg.seed,
+            round_=task.round,
+            client=task.client,
+            epochs=tc.epochs,
+            batch_size=tc.batch_size,
+            lr=tc.lr if lr is None else lr,
+            momentum=tc.momentum,
+            weight_decay=tc.weight_decay,
+            mu=mu,
+            correction=correction,
+            augment=s.augment,
+            amp=tc.amp,
+            device=self.device,
+        )
         self._stage = "encoding"
         return res
 
     def head_proxy(
-        self, task: ClientTask, w: torch.Tensor, purpose: Purpose, *, batches: int,
-        batch_size: int, mode: str,
-    ) -> torch.Tensor:  # fmt: skip
-        """The head-gradient proxy of §2.3.4 on the keyed stream ``purpose``."""
+        self,
+        task: ClientTask,
+        w: torch.Tensor,
+        purpose: Purpose,
+        *,
+        batches: int,
+        batch_size: int,
+        mode: str,
+    ) -> torch.Tensor:
+        """The head-gradient proxy of methods: DG-FedReuse on the keyed stream ``purpose``."""
         s = self.setup
         self._stage = _proxy_stage(purpose)
         head_names = list(s.method.env.head_names)
         p = head_proxy(
-            self.model, self.layout, w, self.int_buffers, s.train, s.partitions[task.client],
-            s.info, head_names, seed=s.cfg.seed, round_=task.round, client=task.client,
-            purpose=purpose, max_batches=batches, batch_size=batch_size, augment=s.augment,
-            mode=mode, device=self.device,
-        )  # fmt: skip
+            self.model,
+            self.layout,
+            w,
+            self.int_buffers,
+            s.train,
+            s.partitions[task.client],
+            s.info,
+            head_names,
+            seed=s.cfg.seed,
+            round_=task.round,
+            client=task.client,
+            purpose=purpose,
+            max_batches=batches,
+            batch_size=batch_size,
+            augment=s.augment,
+            mode=mode,
+            device=self.device,
+        )
         self._stage = "encoding"
         return p
 
-    def validate(self, w: torch.Tensor, batches: range | None = None,
-                 split: ArraySplit | None = None) -> list[tuple[int, float]]:  # fmt: skip
+    def validate(
+        self, w: torch.Tensor, batches: range | None = None, split: ArraySplit | None = None
+    ) -> list[tuple[int, float]]:
         """(correct, loss sum) of ``w`` on ``split`` (default: the run's validation split), per
         evaluation batch in ``batches`` (default: all), on the CPU:
         :func:`~reuse_ray.training.evaluate_batches` with the run's model, thread count and
@@ -103,8 +149,9 @@ class ClientWorker:
         split = s.val if split is None else split
         if split is None:
             raise ValueError("this run's setup carries no validation split")
-        return evaluate_batches(self.model, self.layout, w, split, s.info,
-                                s.cfg.train.eval_batch_size, batches=batches)  # fmt: skip
+        return evaluate_batches(
+            self.model, self.layout, w, split, s.info, s.cfg.train.eval_batch_size, batches=batches
+        )
 
     def warm_up(self) -> None:
         """One forward and backward pass of a throwaway copy of the model on a zero batch of
@@ -120,8 +167,10 @@ class ClientWorker:
             model.train()
             nn.functional.cross_entropy(model(x), y).backward()
             if s.cfg.engine.vectorize:  # the batched forward's first call (vmap's: ~1 s)
-                params = {k: torch.stack([p.detach()] * 2).requires_grad_(True)
-                          for k, p in model.named_parameters()}  # fmt: skip
+                params = {
+                    k: torch.stack([p.detach()] * 2).requires_grad_(True)
+                    for k, p in model.named_parameters()
+                }
                 batched_forward(model)(params, torch.stack([x] * 2)).sum().backward()
 
     # ----------------------------------------------------------------- running a task
@@ -137,9 +186,16 @@ class ClientWorker:
         except Exception as err:
             raise ClientError(task.client, task.round, ctx._stage, err) from err
         return ClientOutcome(
-            task.client, task.round, self.num_samples(task.client), tuple(res.messages),
-            res.mean_loss, res.steps, res.finite, time.perf_counter() - start, res.local,
-        )  # fmt: skip
+            task.client,
+            task.round,
+            self.num_samples(task.client),
+            tuple(res.messages),
+            res.mean_loss,
+            res.steps,
+            res.finite,
+            time.perf_counter() - start,
+            res.local,
+        )
 
     def run_group(self, tasks: Sequence[ClientTask], w: torch.Tensor) -> list[ClientOutcome]:
         """The tasks' client work with their local training vectorized (``engine.vectorize``).
@@ -159,8 +215,9 @@ class ClientWorker:
             finally:
                 batcher.done()
 
-        threads = [threading.Thread(target=work, args=(k, t), daemon=True)
-                   for k, t in enumerate(tasks)]  # fmt: skip
+        threads = [
+            threading.Thread(target=work, args=(k, t), daemon=True) for k, t in enumerate(tasks)
+        ]
         for th in threads:
             th.start()
         batcher.serve()
@@ -176,10 +233,19 @@ class ClientWorker:
         s, tc = self.setup, self.setup.cfg.train
         with self._model_lock:
             return local_update_many(
-                self.model, self.layout, requests, s.train, s.info, seed=s.cfg.seed,
-                epochs=tc.epochs, batch_size=tc.batch_size, momentum=tc.momentum,
-                weight_decay=tc.weight_decay, augment=s.augment, device=self.device,
-            )  # fmt: skip
+                self.model,
+                self.layout,
+                requests,
+                s.train,
+                s.info,
+                seed=s.cfg.seed,
+                epochs=tc.epochs,
+                batch_size=tc.batch_size,
+                momentum=tc.momentum,
+                weight_decay=tc.weight_decay,
+                augment=s.augment,
+                device=self.device,
+            )
 
 
 class _Batcher:
@@ -238,15 +304,28 @@ class _GroupContext:
         return self.worker.num_samples(client)
 
     def train(
-        self, task: ClientTask, w: torch.Tensor, *, mu: float = 0.0,
-        correction: dict[str, torch.Tensor] | None = None, lr: float | None = None,
-    ) -> LocalResult:  # fmt: skip
+        self,
+        task: ClientTask,
+        w: torch.Tensor,
+        *,
+        mu: float = 0.0,
+        correction: dict[str, torch.Tensor] | None = None,
+        lr: float | None = None,
+    ) -> LocalResult:
         s = self.worker.setup
         self._stage = "local training"
-        res = self.batcher.train(self.k, TrainRequest(
-            task.client, task.round, w, s.partitions[task.client],
-            s.cfg.train.lr if lr is None else lr, mu, correction,
-        ))  # fmt: skip
+        res = self.batcher.train(
+            self.k,
+            TrainRequest(
+                task.client,
+                task.round,
+                w,
+                s.partitions[task.client],
+                s.cfg.train.lr if lr is None else lr,
+                mu,
+                correction,
+            ),
+        )
         self._stage = "encoding"
         return res
 

@@ -43,10 +43,12 @@ def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return None
     files = [
-        f.path for f in fs.get_file_info(pafs.FileSelector(base, recursive=True))
-        if f.type == pafs.FileType.File and f.path.endswith(".parquet")
+        f.path
+        for f in fs.get_file_info(pafs.FileSelector(base, recursive=True))
+        if f.type == pafs.FileType.File
+        and f.path.endswith(".parquet")
         and not Path(f.path).name.startswith((".", "_"))
-    ]  # fmt: skip
+    ]
     for path in files:
         try:
             with fs.open_input_file(path) as fh:
@@ -57,9 +59,13 @@ def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
         return None
     import pyarrow.dataset as ds  # pandas comes with to_pandas
 
-    dataset = ds.dataset(files, filesystem=fs, format="parquet",
-                         partitioning=ds.partitioning(flavor="hive"),
-                         partition_base_dir=base)  # fmt: skip
+    dataset = ds.dataset(
+        files,
+        filesystem=fs,
+        format="parquet",
+        partitioning=ds.partitioning(flavor="hive"),
+        partition_base_dir=base,
+    )
     return dataset.to_table().to_pandas()
 
 

@@ -1,4 +1,4 @@
-"""The Parquet schema of every results table, declared once (ALGORITHMS.md §3.3).
+"""The Parquet schema of every results table, declared once (design: Ledgers).
 
 Layout of a results directory (one dataset per table, hive-partitioned by method)::
 
@@ -12,9 +12,11 @@ Layout of a results directory (one dataset per table, hive-partitioned by method
 
 Column meanings (bytes are integers):
 
-* ``up_restricted``: the seed's restricted uplink field model (§3.1, R10): Top-K field bytes for
+* ``up_restricted``: the seed's restricted uplink field model (design: Ledgers): Top-K field bytes
+  for
   fresh updates, 16 B per reused event.
-* ``down_sensitivity``: the seed's dense-downlink sensitivity (§3.3 item 2): B0 per selected client.
+* ``down_sensitivity``: the seed's dense-downlink sensitivity (design: Ledgers): B0 per selected
+  client.
 * ``dense_reference``: m_t·B0, the dense-uplink reference of the savings.
 * ``up_measured`` / ``down_measured``: lengths of the real serialized messages (headers included).
 * ``saving_restricted``: s_t = 1 − U_t/(m_t B0); ``cum_saving_restricted``: S_T (R10);
@@ -224,9 +226,14 @@ RUN_TABLES: Mapping[str, pa.Schema] = _Schemas(
     {"runs": None, "rounds": ROUNDS, "client_events": CLIENT_EVENTS, "clients": CLIENTS}
 )
 SCHEMAS: Mapping[str, pa.Schema] = _Schemas(
-    {"runs": None, "rounds": ROUNDS, "client_events": CLIENT_EVENTS, "clients": CLIENTS,
-     "trials": TRIALS}
-)  # fmt: skip
+    {
+        "runs": None,
+        "rounds": ROUNDS,
+        "client_events": CLIENT_EVENTS,
+        "clients": CLIENTS,
+        "trials": TRIALS,
+    }
+)
 
 # columns that say when and where a run ran, and therefore differ between otherwise identical runs
 TIMING_COLUMNS = {"wall_s", "round_wall_s", "started_at", "host", "ray_node"}

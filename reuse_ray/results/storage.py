@@ -105,8 +105,10 @@ class Storage:
             try:
                 fs, root = pafs.FileSystem.from_uri(loc)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError, ValueError) as err:
-                raise UserError(f"results location {loc!r}: {err} — allowed: a local path or a "
-                                "file://, s3://, gs:// or hdfs:// URI") from None  # fmt: skip
+                raise UserError(
+                    f"results location {loc!r}: {err} — allowed: a local path or a "
+                    "file://, s3://, gs:// or hdfs:// URI"
+                ) from None
             return cls(fs, root.rstrip("/") or root, loc)
         return cls(pafs.LocalFileSystem(), str(Path(loc).expanduser().absolute()), loc)
 
@@ -157,9 +159,11 @@ class Storage:
             if err.errno not in FULL_OR_READ_ONLY:
                 raise
             why = os.strerror(err.errno)
-            raise UserError(f"results: cannot write {display(self.path(rel))} ({why}) — the "
-                            f"rows written before it are kept; free space on that filesystem "
-                            f"(or give another --results) and run again") from None  # fmt: skip
+            raise UserError(
+                f"results: cannot write {display(self.path(rel))} ({why}) — the "
+                f"rows written before it are kept; free space on that filesystem "
+                f"(or give another --results) and run again"
+            ) from None
 
     def _write_whole(self, rel: str, fill) -> None:
         final = self.path(rel)
@@ -194,9 +198,11 @@ class Storage:
             self.delete(probe)
         except (OSError, pa.ArrowException) as err:
             msg = getattr(err, "strerror", None) or str(err).splitlines()[0]
-            raise UserError(f"{what}: cannot write to {self.location!r} ({msg}) — give a "
-                            "writable folder or bucket (--results); S3 credentials come from "
-                            "the AWS_* variables") from None  # fmt: skip
+            raise UserError(
+                f"{what}: cannot write to {self.location!r} ({msg}) — give a "
+                "writable folder or bucket (--results); S3 credentials come from "
+                "the AWS_* variables"
+            ) from None
 
 
 STAMP = re.compile(r"^\d{8}-\d{6}(-\d+)?$")
@@ -215,8 +221,9 @@ def dated_folder(base: str) -> str:
 
 def latest_dated(base: str) -> str | None:
     """The newest dated folder below ``base``, or None."""
-    names = [Path(i.path).name for i in Storage.of(base).listdir()
-             if i.type == pafs.FileType.Directory]  # fmt: skip
+    names = [
+        Path(i.path).name for i in Storage.of(base).listdir() if i.type == pafs.FileType.Directory
+    ]
     dated = sorted((n for n in names if STAMP.match(n)), key=_stamp_key)
     return join(base, dated[-1]) if dated else None
 

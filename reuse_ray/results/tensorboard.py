@@ -44,8 +44,11 @@ def run_folder(method: str, seed: int, label: str | None = None) -> str:
 def gate_firing_rate(report) -> float | None:
     """Of the clients with a cached update whose decision the gate could make (a gate score
     was computed), the fraction it sent fresh (promotions by the quota excluded)."""
-    scored = [c for c in report.clients if c.columns.get("gate_score") is not None
-              and c.columns.get("age") is not None]  # fmt: skip
+    scored = [
+        c
+        for c in report.clients
+        if c.columns.get("gate_score") is not None and c.columns.get("age") is not None
+    ]
     if not scored:
         return None
     fired = [c for c in scored if c.decision.fresh and not c.columns.get("promoted")]

@@ -14,13 +14,20 @@ from typing import Any
 
 from ..errors import UserError
 
-ROUND_METRICS = ("train_loss", "cum_up_restricted", "cum_up_measured", "cum_down_measured",
-                 "cum_saving_restricted", "num_fresh", "num_reused", "round_wall_s")  # fmt: skip
+ROUND_METRICS = (
+    "train_loss",
+    "cum_up_restricted",
+    "cum_up_measured",
+    "cum_down_measured",
+    "cum_saving_restricted",
+    "num_fresh",
+    "num_reused",
+    "round_wall_s",
+)
 
 
 # the tracking stores MLflow opens (a database URI may name its driver: postgresql+psycopg2)
-TRACKING_SCHEMES = ("file", "http", "https", "databricks", "sqlite", "postgresql", "mysql",
-                    "mssql")  # fmt: skip
+TRACKING_SCHEMES = ("file", "http", "https", "databricks", "sqlite", "postgresql", "mysql", "mssql")
 
 
 class MlflowRun:
@@ -56,8 +63,7 @@ class MlflowRun:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [Metric(k, float(v), now, last_round) for k, v in final.items()
-                   if v is not None]  # fmt: skip
+        metrics = [Metric(k, float(v), now, last_round) for k, v in final.items() if v is not None]
         if metrics:
             self.client.log_batch(self.run_id, metrics=metrics)
         self.client.set_terminated(self.run_id, "FINISHED" if status == "finished" else "FAILED")

@@ -125,11 +125,14 @@ class RunWriter:
         for table in RUN_TABLES:
             if self.store.renames:
                 if self.store.is_file(self.attempt_path(table)):
-                    self.store.fs.move(self.store.path(self.attempt_path(table)),
-                                       self.store.path(self.final_path(table)))  # fmt: skip
+                    self.store.fs.move(
+                        self.store.path(self.attempt_path(table)),
+                        self.store.path(self.final_path(table)),
+                    )
             else:
-                self.store.write_parquet(self.final_path(table),
-                                         rows_to_table(table, self.rows[table]))  # fmt: skip
+                self.store.write_parquet(
+                    self.final_path(table), rows_to_table(table, self.rows[table])
+                )
                 self.store.delete(self.attempt_path(table))
         self.staged = False
 

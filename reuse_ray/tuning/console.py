@@ -53,8 +53,10 @@ class ConsoleReporter(Callback):
         acc, saving = r.get("val_acc"), r.get("cum_saving_restricted")
         acc_s = f"{acc:.4f}" if isinstance(acc, float) and math.isfinite(acc) else "n/a"
         sav_s = f"{100 * saving:.2f}%" if isinstance(saving, float) else "n/a"
-        self.say(f"  {self.stage} trial {trial.trial_id} {status}: val_acc={acc_s} "
-                 f"saving={sav_s} ({r.get('status', status)})")  # fmt: skip
+        self.say(
+            f"  {self.stage} trial {trial.trial_id} {status}: val_acc={acc_s} "
+            f"saving={sav_s} ({r.get('status', status)})"
+        )
         if isinstance(acc, float) and math.isfinite(acc) and status == "done":
             if self.best is None or acc > self.best[0]:
                 self.best = (acc, trial.trial_id)
@@ -71,5 +73,7 @@ class ConsoleReporter(Callback):
         """A trial whose process or node died, restarted from its last checkpoint."""
         r = trial.last_result or {}
         where = f"after round {r['round']}" if r.get("round") is not None else "from the start"
-        self.say(f"  {self.stage} trial {trial.trial_id} failed (its process or node died); "
-                 f"restarting {where}, from its last checkpoint")  # fmt: skip
+        self.say(
+            f"  {self.stage} trial {trial.trial_id} failed (its process or node died); "
+            f"restarting {where}, from its last checkpoint"
+        )

@@ -44,7 +44,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import MAX_SEED, ConfigError, RunConfig, apply_overrides, from_dict, set_dotted
+from ..config import MAX_SEED, ConfigError, RunConfig
+from ..configio import apply_overrides, from_dict, set_dotted
 from ..results.storage import anchored
 from ..yamlio import load_yaml_mapping
 
@@ -86,8 +87,9 @@ class TrialSpec:
         driver = {"CPU": self.cpus, **self.resources}
         if self.backend == "local":
             return [driver]
-        worker = {"GPU": self.gpu_fraction} if self.gpu_fraction > 0 else {
-            "CPU": self.cpu_per_worker}  # fmt: skip
+        worker = (
+            {"GPU": self.gpu_fraction} if self.gpu_fraction > 0 else {"CPU": self.cpu_per_worker}
+        )
         return [driver] + [dict(worker) for _ in range(self.workers)]
 
     def totals(self) -> dict[str, float]:
@@ -182,8 +184,10 @@ def _seed(path: str, value: Any) -> None:
 
 def _checkpoint_every(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError("checkpoint_every", f"{value!r}; allowed: rounds between trial "
-                          "checkpoints, an integer >= 0 (0: none)")  # fmt: skip
+        raise ConfigError(
+            "checkpoint_every",
+            f"{value!r}; allowed: rounds between trial checkpoints, an integer >= 0 (0: none)",
+        )
     return value
 
 
@@ -253,9 +257,12 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     elif not search.space:
         raise ConfigError("search.space", f"the {search.searcher} searcher needs a space module")
     elif search.grid:  # it would be ignored: the space module says what is searched
-        raise ConfigError("search.grid", f"read by the grid and none searchers only; the "
-                          f"{search.searcher} searcher samples search.space "
-                          f"({search.space!r})")  # fmt: skip
+        raise ConfigError(
+            "search.grid",
+            f"read by the grid and none searchers only; the "
+            f"{search.searcher} searcher samples search.space "
+            f"({search.space!r})",
+        )
     if search.objective == "pareto" and search.searcher not in ("nsga2", "random", "grid"):
         raise ConfigError("search.objective", "pareto needs searcher nsga2, random or grid")
     if search.space:
@@ -273,23 +280,7 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
             except ConfigError as err:
                 raise ConfigError(f"search.grid.{key}", str(err)) from None
 
-    t = _take(raw.get("trial"), "trial", tuple(TrialSpec.__dataclass_fields__))
-    trial = TrialSpec(**t)
-    _choice("trial.backend", trial.backend, TRIAL_BACKENDS)
-    _positive("trial.cpus", trial.cpus, zero=trial.backend == "ray")
-    _positive("trial.workers", trial.workers, integer=True)
-    _positive("trial.cpu_per_worker", trial.cpu_per_worker)
-    _positive("trial.gpu_fraction", trial.gpu_fraction, zero=True)
-    _positive("trial.max_failures", trial.max_failures, integer=True, zero=True)
-    if not isinstance(trial.reuse_actors, bool):
-        raise ConfigError("trial.reuse_actors", f"{trial.reuse_actors!r}; allowed: true, false")
-    if not isinstance(trial.resources, dict) or any(
-        not isinstance(k, str) or k in ("CPU", "GPU", "memory") for k in trial.resources
-    ):
-        raise ConfigError("trial.resources", f"{trial.resources!r}; allowed: a mapping of "
-                          "custom resource names (not CPU/GPU) to amounts")  # fmt: skip
-    for k, v in trial.resources.items():
-        _positive(f"trial.resources.{k}", v)
+    trial = parse_trial(raw.get("trial"))
 
     final = None
     if raw.get("final") is not None:
@@ -311,10 +302,15 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     # `ray job submit` it is a package cache on the head node
     location, relative = anchored(results_dir)
     spec = SweepSpec(
-        name=name, base=base, search=search, trial=trial, final=final,
-        results_dir=location, checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
+        name=name,
+        base=base,
+        search=search,
+        trial=trial,
+        final=final,
+        results_dir=location,
+        checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
         dated=relative,
-    )  # fmt: skip
+    )
     if search.searcher == "none" and final is None:
         raise ConfigError("final", "searcher none runs the grid in the final stage; add final:")
     if final is not None and search.searcher != "none":
@@ -334,20 +330,51 @@ def _compare_entry(j: int, entry: dict[str, Any], seeds) -> dict[str, Any]:
     where = f"final.compare[{j}]"
     label = entry.get("label", f"compare-{j}")
     if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", label):
-        raise ConfigError(f"{where}.label", f"{label!r}; allowed: a name of letters, digits "
-                          "and _.+- (at most 64)")  # fmt: skip
+        raise ConfigError(
+            f"{where}.label", f"{label!r}; allowed: a name of letters, digits and _.+- (at most 64)"
+        )
     only = entry.get("seeds")
     if only is not None:
         if not isinstance(only, list | tuple) or not only:
-            raise ConfigError(f"{where}.seeds", f"{only!r}; allowed: a non-empty list of "
-                              f"final.seeds {list(seeds)}")  # fmt: skip
+            raise ConfigError(
+                f"{where}.seeds",
+                f"{only!r}; allowed: a non-empty list of final.seeds {list(seeds)}",
+            )
         extra = [v for v in only if v not in seeds]
         if extra:
-            raise ConfigError(f"{where}.seeds", f"{extra} are not in final.seeds "
-                              f"{list(seeds)}; allowed: a subset of them")  # fmt: skip
+            raise ConfigError(
+                f"{where}.seeds",
+                f"{extra} are not in final.seeds {list(seeds)}; allowed: a subset of them",
+            )
         only = [int(v) for v in only]
     fields = {k: v for k, v in entry.items() if k not in ("label", "seeds")}
     return dict(fields, label=label, **({"seeds": only} if only is not None else {}))
+
+
+def parse_trial(raw: Any) -> TrialSpec:
+    """The ``trial`` block of a sweep or a study file: what one trial reserves, each field
+    checked (a study's trials are a sweep's)."""
+    t = _take(raw, "trial", tuple(TrialSpec.__dataclass_fields__))
+    trial = TrialSpec(**t)
+    _choice("trial.backend", trial.backend, TRIAL_BACKENDS)
+    _positive("trial.cpus", trial.cpus, zero=trial.backend == "ray")
+    _positive("trial.workers", trial.workers, integer=True)
+    _positive("trial.cpu_per_worker", trial.cpu_per_worker)
+    _positive("trial.gpu_fraction", trial.gpu_fraction, zero=True)
+    _positive("trial.max_failures", trial.max_failures, integer=True, zero=True)
+    if not isinstance(trial.reuse_actors, bool):
+        raise ConfigError("trial.reuse_actors", f"{trial.reuse_actors!r}; allowed: true, false")
+    if not isinstance(trial.resources, dict) or any(
+        not isinstance(k, str) or k in ("CPU", "GPU", "memory") for k in trial.resources
+    ):
+        raise ConfigError(
+            "trial.resources",
+            f"{trial.resources!r}; allowed: a mapping of "
+            "custom resource names (not CPU/GPU) to amounts",
+        )
+    for k, v in trial.resources.items():
+        _positive(f"trial.resources.{k}", v)
+    return trial
 
 
 def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:

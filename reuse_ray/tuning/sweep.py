@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -24,11 +23,13 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UserError
-from ..results import read_table, rows_to_table
+from ..results import read_table
 from ..results.storage import Storage, dated_folder, display, join, latest_dated
+from .launch import derive_concurrency, launch
 from .spaces import load_space
 from .spec import SweepSpec
-from .trainable import objective_value, trial_main
+from .trainable import objective_value
+from .trials import trial_row, trials_file, write_trials
 
 
 @dataclass(frozen=True)
@@ -37,21 +38,6 @@ class SweepOutcome:
     trials: pd.DataFrame
     selected: list[dict[str, Any]]
     final_runs: pd.DataFrame | None
-
-
-def derive_concurrency(spec: SweepSpec, resources: dict[str, float]) -> int:
-    """Trials that fit at once: min over resource kinds of ⌊available / per-trial need⌋."""
-    need = spec.trial.totals()
-    fits = [math.floor(resources.get(k, 0.0) / v + 1e-9) for k, v in need.items() if v > 0]
-    n = min(fits) if fits else 1
-    if spec.search.max_concurrent_trials > 0:
-        n = min(n, spec.search.max_concurrent_trials)
-    if n < 1:
-        short = ", ".join(f"{k} {v:g} (the cluster has {resources.get(k, 0.0):g})"
-                          for k, v in need.items() if resources.get(k, 0.0) < v)  # fmt: skip
-        raise UserError(f"trial: one trial needs {short}; lower trial.cpus, trial.workers, "
-                        f"trial.cpu_per_worker, trial.gpu_fraction or trial.resources")  # fmt: skip
-    return n
 
 
 def make_searcher(spec: SweepSpec, concurrency: int = 0):
@@ -90,124 +76,6 @@ def pareto_front(df: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=df.index)
 
 
-def _tune_run(
-    spec: SweepSpec, stage: str, param_space, search_alg, metric, mode, num_samples: int,
-    concurrency: int, resume: bool, reference: float | None, say=print, verbose: int = 0,
-    total: int | None = None, mlflow: str | None = None,
-):  # fmt: skip
-    from ray import tune
-
-    from .console import ConsoleReporter, trial_label
-
-    if verbose < 1:
-        quiet_tune()
-
-    storage, fs = tune_storage(spec.results_dir)
-    name = f"{spec.name}-{stage}"
-    trainable = tune.with_resources(
-        tune.with_parameters(
-            trial_main,
-            spec=spec,
-            stage=stage,
-            reference_val=reference,
-            verbose=verbose,
-            mlflow=mlflow,
-        ),
-        tune.PlacementGroupFactory(spec.trial.bundles()),
-    )
-    path = f"{storage}/{name}"
-    if resume and tune.Tuner.can_restore(path, storage_filesystem=fs):
-        if fs is None:  # a local or mounted folder: its owner and modes say who wrote it
-            check_tune_state_is_yours(path)
-        tuner = tune.Tuner.restore(path, trainable=trainable, resume_unfinished=True,
-                                   resume_errored=True, storage_filesystem=fs)  # fmt: skip
-    else:
-        tuner = tune.Tuner(
-            trainable,
-            param_space=param_space,
-            tune_config=tune.TuneConfig(
-                search_alg=search_alg, num_samples=num_samples, metric=metric, mode=mode,
-                # a grid generator carries its own limit (set in make_searcher)
-                max_concurrent_trials=None if _is_variant_generator(search_alg) else concurrency,
-                trial_name_creator=lambda trial: trial_label(stage, trial),
-                trial_dirname_creator=lambda trial: trial_label(stage, trial),
-                # one trial process serves trial after trial: no fresh Ray worker, no repeated
-                # imports; every run builds its own state from its config and seed
-                reuse_actors=spec.trial.reuse_actors,
-            ),
-            run_config=tune.RunConfig(
-                name=name, storage_path=storage, storage_filesystem=fs,
-                verbose=min(verbose, 3),
-                # a trial whose process or node died continues from its last checkpoint
-                failure_config=tune.FailureConfig(max_failures=int(spec.trial.max_failures)),
-                callbacks=[ConsoleReporter(say, stage, total or num_samples)],
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
-            ),
-        )  # fmt: skip
-    return tuner.fit()
-
-
-def quiet_tune() -> None:
-    """Our own console lines only: no experiment box, no INFO chatter from Tune, and not its
-    warning that the experiment state is snapshotted often. That warning comes whenever trials
-    checkpoint every few seconds (``checkpoint_every`` rounds of a short run): with
-    ``num_to_keep`` set, Tune snapshots its state once a trial has kept that many checkpoints,
-    which is what keeps a resumed sweep consistent; on a fast machine the quickstart printed it
-    nine times, three lines each. A threshold the user set is kept."""
-    import logging
-
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    for name in ("ray.tune", "ray.train", "ray.air"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
-def check_tune_state_is_yours(path: str) -> None:
-    """Refuse to resume from Tune state someone else could have written.
-
-    ``Tuner.restore`` unpickles the experiment's state (``tuner.pkl``, the searcher's state,
-    each trial's ``params.pkl``), and unpickling runs code. On a local or mounted filesystem
-    every entry of the experiment folder must be owned by this user, writable by nobody else
-    and not a symbolic link (the checks ssh makes of its keys); one that is not is named in one
-    line and nothing is read. Object stores carry no owner, so there the rule stays the user's:
-    resume only roots you or your cluster wrote (README)."""
-    import stat
-
-    me = os.getuid()
-
-    def refuse(entry: str, why: str) -> None:
-        raise UserError(f"sweep --resume: {entry} {why}; Tune unpickles its experiment state "
-                        f"when it resumes, so it resumes only from files you own and nobody "
-                        f"else can write — check them, then `chmod -R go-w {path}` (or `chown`), "
-                        f"or run the sweep into a fresh --results")  # fmt: skip
-
-    def check(entry: str) -> None:
-        st = os.lstat(entry)
-        if stat.S_ISLNK(st.st_mode):
-            refuse(entry, "is a symbolic link")
-        if st.st_uid != me:
-            refuse(entry, f"is owned by uid {st.st_uid}, not by you (uid {me})")
-        if st.st_mode & stat.S_IWOTH:
-            refuse(entry, "is writable by others")
-        if st.st_mode & stat.S_IWGRP:
-            refuse(entry, "is writable by its group")
-
-    for top, dirs, files in os.walk(path):  # links are not followed: listed, then refused
-        check(top)
-        for name in files + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
-            check(os.path.join(top, name))
-
-
-def tune_storage(results_dir: str):
-    """(storage_path, storage_filesystem) of a sweep's Tune experiments: ``RESULTS/_tune`` on
-    the results location's own filesystem, so trial checkpoints and the experiment state live
-    beside the Parquet tables and ``--resume`` works from any node."""
-    store = Storage.of(results_dir)
-    if store.local_path is not None:
-        return str(store.local_path / "_tune"), None
-    return store.path("_tune"), store.fs
-
-
 def sweep_folder(spec, resume: bool, what: str = "sweep"):
     """The spec (a sweep's or a study's) with its own folder: a folder of dated sweeps gets a
     fresh dated folder (``--resume``: its newest)."""
@@ -216,17 +84,13 @@ def sweep_folder(spec, resume: bool, what: str = "sweep"):
     if resume:
         newest = latest_dated(spec.results_dir)
         if newest is None:
-            raise UserError(f"--resume: no earlier {what} {spec.name!r} under "
-                            f"{display(spec.results_dir)} — run it without --resume, or give "
-                            "its folder with --results")  # fmt: skip
+            raise UserError(
+                f"--resume: no earlier {what} {spec.name!r} under "
+                f"{display(spec.results_dir)} — run it without --resume, or give "
+                "its folder with --results"
+            )
         return dataclasses.replace(spec, results_dir=newest, dated=False)
     return dataclasses.replace(spec, results_dir=dated_folder(spec.results_dir), dated=False)
-
-
-def _is_variant_generator(alg) -> bool:
-    from ray.tune.search.basic_variant import BasicVariantGenerator
-
-    return isinstance(alg, BasicVariantGenerator)
 
 
 def _reference_val(spec: SweepSpec, say) -> float | None:
@@ -234,12 +98,14 @@ def _reference_val(spec: SweepSpec, say) -> float | None:
     if spec.search.objective != "retention":
         return None
     from ..engine import RunHooks, run_fl
+    from .trainable import trial_backend
 
+    # the trials' engine settings (device, vectorize, channels_last, workers), so the bar is
+    # measured as the trials it judges are
     cfg = spec.run_config(spec.search.reference)
-    cfg = cfg.replace(engine=cfg.engine.__class__(backend="local"))
     say(f"retention reference run {cfg.run_id} ({spec.search.reference or 'base config'})")
-    summary = run_fl(cfg, hooks=RunHooks(stage="search", evaluate_test=False, sweep=spec.name,
-                                         trial_id="reference"))  # fmt: skip
+    hooks = RunHooks(stage="search", evaluate_test=False, sweep=spec.name, trial_id="reference")
+    summary = run_fl(cfg, backend=trial_backend(spec, cfg, "reference"), hooks=hooks)
     return summary.row["final_val_acc"]
 
 
@@ -262,19 +128,28 @@ def _trials_table(spec: SweepSpec, results, reference: float | None) -> pd.DataF
             status = runs.loc[run_id, "status"] if not r.error else "error"
             val = _float_or_nan(runs.loc[run_id, "final_val_acc"])
             saving = _float_or_nan(runs.loc[run_id, "cum_saving_restricted"])
-        rows.append({
-            "sweep": spec.name, "stage": "search", "trial_id": metrics.get("trial_id"),
-            "run_id": run_id, "searcher": spec.search.searcher,
-            "objective": spec.search.objective, "status": str(status),
-            "val_acc": val, "cum_up_restricted": metrics.get("cum_up_restricted"),
-            "cum_saving_restricted": saving,
-            "objective_value": objective_value(spec.search.objective, val, saving, reference,
-                                               spec.search.retention)
-                               if val is not None and not math.isnan(val) else None,
-            "reference_val_acc": reference, "on_pareto_front": False, "selected": False,
-            "params_json": json.dumps(params, sort_keys=True, default=str),
-            "error": _error_text(r.error) if r.error else None,
-        })  # fmt: skip
+        known = val is not None and not math.isnan(val)
+        value = objective_value(
+            spec.search.objective, val, saving, reference, spec.search.retention
+        )
+        rows.append(
+            trial_row(
+                sweep=spec.name,
+                stage="search",
+                trial_id=metrics.get("trial_id"),
+                run_id=run_id,
+                searcher=spec.search.searcher,
+                objective=spec.search.objective,
+                params=params,
+                status=str(status),
+                val_acc=val,
+                cum_up_restricted=metrics.get("cum_up_restricted"),
+                cum_saving_restricted=saving,
+                reference_val_acc=reference,
+                objective_value=value if known else None,
+                error=_error_text(r.error) if r.error else None,
+            )
+        )
     df = pd.DataFrame(rows)
     if len(df):
         ok = df["status"].eq("finished") & df["val_acc"].notna()
@@ -314,24 +189,14 @@ def select(df: pd.DataFrame, spec: SweepSpec, top: int) -> pd.DataFrame:
     return ok.sort_values(["objective_value", "val_acc"], ascending=False).head(top)
 
 
-def write_trials(spec: SweepSpec, df: pd.DataFrame) -> str:
-    """The trials table, with one ``param.<name>`` column per searched parameter."""
-    rows = []
-    for rec in df.to_dict("records"):
-        rec = {k: v for k, v in rec.items() if not str(k).startswith("param.")}
-        params = json.loads(rec["params_json"]) if rec.get("params_json") else {}
-        rows.append(dict(rec, **{f"param.{k}": v for k, v in params.items()}))
-    Storage.of(spec.results_dir).write_parquet(trials_file(spec), rows_to_table("trials", rows))
-    return join(spec.results_dir, trials_file(spec))
-
-
-def trials_file(spec: SweepSpec) -> str:
-    return f"trials/{spec.name}.parquet"
-
-
-def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
-              say=print, verbose: int = 0,
-              mlflow: str | None = None) -> SweepOutcome:  # fmt: skip
+def run_sweep(
+    spec: SweepSpec,
+    resume: bool = False,
+    final_only: bool = False,
+    say=print,
+    verbose: int = 0,
+    mlflow: str | None = None,
+) -> SweepOutcome:
     """Search (unless ``final_only``), write the trials table, then the final stage.
 
     ``verbose``: 0 prints our own trial lines only; 1 adds Tune's status tables; 2 also every
@@ -358,45 +223,67 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
             f"sweep {spec.name!r} already has results in {where}; pass --resume to continue "
             "it, or --results DIR for a new one"
         )
-    say(f"sweep {spec.name}: {spec.search.searcher} over "
+    say(
+        f"sweep {spec.name}: {spec.search.searcher} over "
         f"{spec.search.space or list(spec.search.grid)} ({spec.search.objective}), "
         f"{spec.search.num_samples} samples, {concurrency} concurrent trials of "
         f"{spec.trial.bundles()} on {resources.get('CPU', 0):g} CPUs / "
         f"{resources.get('GPU', 0):g} GPUs; "
-        f"results in {where}")  # fmt: skip
-    trials_path = join(spec.results_dir, trials_file(spec))
+        f"results in {where}"
+    )
+    trials_path = join(spec.results_dir, trials_file(spec.name))
     reference = None
     if spec.search.searcher == "none":
         import itertools
 
         keys = list(spec.search.grid)
-        combos = [dict(zip(keys, v, strict=True))
-                  for v in itertools.product(*spec.search.grid.values())]  # fmt: skip
-        trials = pd.DataFrame([{
-            "sweep": spec.name, "stage": "protocol", "trial_id": None,
-            "run_id": spec.run_config(c).run_id, "searcher": "none",
-            "objective": spec.search.objective, "status": "not searched", "val_acc": None,
-            "cum_up_restricted": None, "cum_saving_restricted": None, "objective_value": None,
-            "reference_val_acc": None, "on_pareto_front": False, "selected": True,
-            "params_json": json.dumps(c, sort_keys=True), "error": None,
-        } for c in combos])  # fmt: skip
+        combos = [
+            dict(zip(keys, v, strict=True)) for v in itertools.product(*spec.search.grid.values())
+        ]
+        trials = pd.DataFrame(
+            [
+                trial_row(
+                    sweep=spec.name,
+                    stage="protocol",
+                    run_id=spec.run_config(c).run_id,
+                    searcher="none",
+                    objective=spec.search.objective,
+                    params=c,
+                    status="not searched",
+                    selected=True,
+                )
+                for c in combos
+            ]
+        )
     elif final_only:
-        if not store.is_file(trials_file(spec)):
+        if not store.is_file(trials_file(spec.name)):
             raise UserError(f"--final needs a finished search: {trials_path} is missing")
-        trials = pd.read_parquet(store.path(trials_file(spec)), filesystem=store.fs)
+        trials = pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
     else:
         reference = _reference_val(spec, say)
         alg, metric, mode, space = make_searcher(spec, concurrency)
-        results = _tune_run(spec, "search", space, alg, metric, mode, spec.search.num_samples,
-                            concurrency, resume, reference, say, verbose,
-                            mlflow=mlflow)  # fmt: skip
+        results = launch(
+            spec,
+            "search",
+            param_space=space,
+            search_alg=alg,
+            metric=metric,
+            mode=mode,
+            num_samples=spec.search.num_samples,
+            concurrency=concurrency,
+            resume=resume,
+            reference=reference,
+            say=say,
+            verbose=verbose,
+            mlflow=mlflow,
+        )
         trials = _trials_table(spec, results, reference)
     if spec.search.searcher == "none":
         chosen = trials
     else:
         chosen = select(trials, spec, spec.final.top if spec.final else 1)
     trials["selected"] = trials["run_id"].isin(chosen["run_id"])
-    write_trials(spec, trials)
+    write_trials(spec.results_dir, spec.name, trials)
     selected = [json.loads(p) for p in chosen["params_json"]]
     if spec.search.searcher == "none":
         say(f"protocol: {len(chosen)} grid configurations go straight to the final stage")
@@ -409,10 +296,14 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
     else:
         say(f"no search trial finished ({len(trials)} trials); trials table: {trials_path}")
         for _, t in trials.iterrows():
-            say(f"  trial {t['trial_id'] or '?'} {t['status']}: {t['error'] or 'no error text'} "
-                f"params={t['params_json']}")  # fmt: skip
-        raise UserError(f"sweep {spec.name!r}: no search trial finished — every trial's error "
-                        f"is listed above and in {trials_path}")  # fmt: skip
+            say(
+                f"  trial {t['trial_id'] or '?'} {t['status']}: {t['error'] or 'no error text'} "
+                f"params={t['params_json']}"
+            )
+        raise UserError(
+            f"sweep {spec.name!r}: no search trial finished — every trial's error "
+            f"is listed above and in {trials_path}"
+        )
     final_runs = None
     if spec.final is not None and selected:
         points = []
@@ -425,17 +316,29 @@ def run_sweep(spec: SweepSpec, resume: bool = False, final_only: bool = False,
                     points.append(dict(fields, seed=seed))
         from ray import tune
 
-        say(f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
-            "test split read once at the final round")  # fmt: skip
-        _tune_run(spec, "final", {"final": tune.grid_search(points)}, None, None, None, 1,
-                  concurrency, resume, None, say, verbose, total=len(points),
-                  mlflow=mlflow)  # fmt: skip
+        say(
+            f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
+            "test split read once at the final round"
+        )
+        launch(
+            spec,
+            "final",
+            param_space={"final": tune.grid_search(points)},
+            concurrency=concurrency,
+            resume=resume,
+            say=say,
+            verbose=verbose,
+            total=len(points),
+            mlflow=mlflow,
+        )
         runs = read_table(spec.results_dir, "runs")
         final_runs = runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
         for (label, method), grp in final_runs.groupby(["label", "cfg.method.name"]):
-            say(f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "
+            say(
+                f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "
                 f"{grp['seed'].nunique()} seeds, cum_saving="
-                f"{100 * grp['cum_saving_restricted'].mean():.2f}%")  # fmt: skip
+                f"{100 * grp['cum_saving_restricted'].mean():.2f}%"
+            )
     say(f"Parquet: {where}  (pandas.read_parquet(DIR/'rounds'))")
     report_at_end(spec.results_dir, say)
     return SweepOutcome(spec.results_dir, trials, selected, final_runs)
@@ -455,8 +358,10 @@ def report_at_end(location: str, say) -> None:
             report = write_report(location)
         say(f"report: {report}")
     except Exception as err:  # noqa: BLE001 - the results stay; only the report is missing
-        say(f"report: not written ({type(err).__name__}: {err}); run reuse-ray report "
-            f"{where} to retry")  # fmt: skip
+        say(
+            f"report: not written ({type(err).__name__}: {err}); run reuse-ray report "
+            f"{where} to retry"
+        )
     say(f"results root: {where}")
 
 

@@ -15,15 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import RunHooks, make_backend, run_fl
+from ..engine.observers import Observer, RoundDone
 from .spec import SweepSpec
 
 STATE_FILE = "run_state.pt"  # reuse_ray.checkpoint: data only, never unpickled as code
 
 
 def objective_value(
-    objective: str, val_acc: float | None, saving: float | None, reference: float | None,
+    objective: str,
+    val_acc: float | None,
+    saving: float | None,
+    reference: float | None,
     retention: float,
-) -> float:  # fmt: skip
+) -> float:
     """The scalar a single-objective searcher maximises.
 
     * ``val_acc``: validation accuracy at the fixed final round;
@@ -40,8 +44,14 @@ def objective_value(
     return acc
 
 
-def trial_metrics(spec: SweepSpec, row: dict[str, Any], val_acc: float | None,
-                  reference: float | None, run_id: str, status: str) -> dict[str, Any]:  # fmt: skip
+def trial_metrics(
+    spec: SweepSpec,
+    row: dict[str, Any],
+    val_acc: float | None,
+    reference: float | None,
+    run_id: str,
+    status: str,
+) -> dict[str, Any]:
     """What a trial reports to Tune, from a ``rounds`` row (per round) or the ``runs`` row (at
     the end): validation metrics and cumulative bytes only, never a test metric."""
     saving = row["cum_saving_restricted"]
@@ -54,16 +64,62 @@ def trial_metrics(spec: SweepSpec, row: dict[str, Any], val_acc: float | None,
         "cum_saving_restricted": saving if saving is not None else 0.0,
         "objective": objective_value(
             spec.search.objective, val_acc, saving, reference, spec.search.retention
-        ),  # fmt: skip
+        ),
         "run_id": run_id,
         "status": status,
     }
 
 
+class TuneReporter(Observer):
+    """Reports each round of a trial to Tune (validation metrics and bytes, never a test
+    metric), with the run's state as a Tune checkpoint on checkpoint rounds."""
+
+    def __init__(self, spec: SweepSpec, run_id: str, reference_val: float | None):
+        self.spec, self.run_id, self.reference_val = spec, run_id, reference_val
+
+    def on_round(self, rec: RoundDone) -> None:
+        from ray import tune
+
+        if not rec.live:
+            return
+        last = rec.last_val[0] if rec.last_val else None
+        metrics = trial_metrics(
+            self.spec, rec.row, last, self.reference_val, self.run_id, "running"
+        )
+        if rec.checkpoint is None:
+            tune.report(metrics)
+            return
+        with tempfile.TemporaryDirectory() as d:
+            (Path(d) / STATE_FILE).write_bytes(rec.checkpoint)
+            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+
+
+def trial_backend(spec: SweepSpec, cfg, name: str):
+    """The backend of one of the sweep's runs, as its trials get it: on the Ray engine a pool
+    of ``trial.workers`` workers sized from the trial's own bundles, its actors named
+    ``<run_id>/<name>`` in the sweep's namespace."""
+    if cfg.engine.backend != "ray":
+        return make_backend(cfg)
+    from ..distributed import RayBackend
+
+    t = spec.trial
+    if t.gpu_fraction > 0:
+        pool = {"GPU": t.workers * t.gpu_fraction}
+    else:
+        pool = {"CPU": t.workers * t.cpu_per_worker}
+    return RayBackend(
+        cfg, resources=pool, name=f"{cfg.run_id}/{name}", namespace=f"reuse_ray-{spec.name}"
+    )
+
+
 def trial_main(
-    config: dict[str, Any], spec: SweepSpec, stage: str = "search",
-    reference_val: float | None = None, verbose: int = 0, mlflow: str | None = None,
-) -> None:  # fmt: skip
+    config: dict[str, Any],
+    spec: SweepSpec,
+    stage: str = "search",
+    reference_val: float | None = None,
+    verbose: int = 0,
+    mlflow: str | None = None,
+) -> None:
     """Run one trial. ``config`` holds dotted run-config params (final stage: under "final");
     ``verbose >= 2`` prints the run's per-round lines, below 1 Tune's checkpoint chatter is
     silenced."""
@@ -85,38 +141,25 @@ def trial_main(
         with ckpt.as_directory() as d:
             resume = (Path(d) / STATE_FILE).read_bytes()
 
-    def on_round(row: dict[str, Any], blob: bytes | None) -> None:
-        metrics = trial_metrics(spec, row, row.get("last_val_acc"), reference_val, cfg.run_id,
-                                "running")  # fmt: skip
-        if blob is None:
-            tune.report(metrics)
-            return
-        with tempfile.TemporaryDirectory() as d:
-            (Path(d) / STATE_FILE).write_bytes(blob)
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
-
     hooks = RunHooks(
-        stage=stage, evaluate_test=stage == "final", sweep=spec.name, trial_id=trial_id,
-        on_round=on_round, checkpoint_every=spec.checkpoint_every, resume=resume,
-        extra={"label": label},
+        stage=stage,
+        evaluate_test=stage == "final",
+        sweep=spec.name,
+        trial_id=trial_id,
+        label=label,
+        checkpoint_every=spec.checkpoint_every,
+        resume=resume,
         force=True,  # a repeated identical trial recomputes the same rows and replaces them
         mlflow=mlflow,
-    )  # fmt: skip
-    backend = make_backend(cfg)
-    if cfg.engine.backend == "ray":
-        from ..distributed import RayBackend
-
-        t = spec.trial
-        pool = {"GPU": t.workers * t.gpu_fraction} if t.gpu_fraction > 0 else {
-            "CPU": t.workers * t.cpu_per_worker}  # fmt: skip
-        backend = RayBackend(cfg, resources=pool, name=f"{cfg.run_id}/{trial_id or stage}",
-                             namespace=f"reuse_ray-{spec.name}")  # fmt: skip
+        observers=(TuneReporter(spec, cfg.run_id, reference_val),),
+    )
     summary = run_fl(
         cfg,
-        backend=backend,
+        backend=trial_backend(spec, cfg, trial_id or stage),
         hooks=hooks,
         progress=(lambda m: print(m, flush=True)) if verbose >= 2 else None,
     )
     row = summary.row
-    tune.report(trial_metrics(spec, row, row["final_val_acc"], reference_val, cfg.run_id,
-                              summary.status))  # fmt: skip
+    tune.report(
+        trial_metrics(spec, row, row["final_val_acc"], reference_val, cfg.run_id, summary.status)
+    )

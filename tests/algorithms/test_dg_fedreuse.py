@@ -1,4 +1,4 @@
-"""DG-FedReuse (ALGORITHMS.md §2.3): the unit tests of §2.3.7 and the issue's guarantees."""
+"""DG-FedReuse (methods: DG-FedReuse): its unit tests and the issue's guarantees."""
 
 from __future__ import annotations
 
@@ -280,7 +280,7 @@ def test_structural_ceiling_gate_off_through_round_90(tmp_path, r, lo, hi):
     assert lo <= saving <= hi
     rounds = read_table(cfg.results_dir, "rounds")
     frac_fresh = rounds["num_fresh"].sum() / rounds["num_selected"].sum()
-    assert 0.6 < frac_fresh < 0.66  # §3.4: 0.630 ± 0.009
+    assert 0.6 < frac_fresh < 0.66  # design: Ledgers: 0.630 ± 0.009
 
 
 def test_gate_controls_run(tmp_path):
@@ -309,7 +309,7 @@ def test_reuse_only_r1_is_dense_on_fresh_events(tmp_path):
 
 
 def test_paper_preset_loads_the_frozen_values():
-    from reuse_ray.config import load_config_dict, load_run_config
+    from reuse_ray.configio import load_config_dict, load_run_config
 
     cfg = load_run_config("configs/dg_paper.yaml")
     d = cfg.method.dg
@@ -348,8 +348,11 @@ def test_dg_compute_benchmark_runs_and_reports_its_ratios():
         [*cmd, "--gate-off"], cwd=root, capture_output=True, text=True, timeout=300, check=True
     ).stdout
     assert "data digits" in out and "round   4/4" in out
-    fedavg = re.search(r"Top-K FedAvg +total .* fresh fraction ([\d.]+), cum\. restricted "
-                       r"saving ([\d.]+)%", out)  # fmt: skip
+    fedavg = re.search(
+        r"Top-K FedAvg +total .* fresh fraction ([\d.]+), cum\. restricted "
+        r"saving ([\d.]+)%",
+        out,
+    )
     assert fedavg and float(fedavg.group(1)) == 1.0 and fedavg.group(2) == "76.88"
     for arm in ("DG-FedReuse", "DG gate=off"):
         wall = float(re.search(rf"{arm} / Top-K FedAvg round wall time: ([\d.]+)", out).group(1))

@@ -1,4 +1,4 @@
-"""Top-K with error feedback, Fed-EF (ALGORITHMS.md §2.11.1)."""
+"""Top-K with error feedback, Fed-EF (methods: Fed-EF)."""
 
 from __future__ import annotations
 
@@ -38,9 +38,11 @@ def test_ef_with_r1_is_plain_dense_fedavg(tmp_path):
     ef = small_config(tmp_path / "ef", method__topk_ratio=1.0, method__error_feedback=True)
     run_fl(plain)
     run_fl(ef)
-    pd.testing.assert_frame_equal(_frames(plain.results_dir).reset_index(drop=True),
-                                  _frames(ef.results_dir).reset_index(drop=True),
-                                  check_exact=True)  # fmt: skip
+    pd.testing.assert_frame_equal(
+        _frames(plain.results_dir).reset_index(drop=True),
+        _frames(ef.results_dir).reset_index(drop=True),
+        check_exact=True,
+    )
 
 
 @pytest.mark.slow  # an end-to-end run: the full suite keeps it
@@ -64,6 +66,5 @@ def test_ef_topk_run_bytes_memory_and_learning(tmp_path):
 
 @pytest.mark.parametrize("method", ["fedprox", "dg_fedreuse"])
 def test_ef_composes_with_other_methods(tmp_path, method):
-    cfg = small_config(tmp_path, method__name=method, method__error_feedback=True,
-                       fl__rounds=6)  # fmt: skip
+    cfg = small_config(tmp_path, method__name=method, method__error_feedback=True, fl__rounds=6)
     assert run_fl(cfg).status == "finished"

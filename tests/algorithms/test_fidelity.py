@@ -13,7 +13,8 @@ from conftest import make_layout, small_config
 
 from reuse_ray.algorithms import MethodEnv, build_method
 from reuse_ray.algorithms.fedsteer import remap_coords
-from reuse_ray.config import RunConfig, from_dict
+from reuse_ray.config import RunConfig
+from reuse_ray.configio import from_dict
 from reuse_ray.engine import run_fl
 from reuse_ray.engine.local import LocalPool, LocalServer
 from reuse_ray.engine.records import ClientOutcome, RunSetup
@@ -42,8 +43,17 @@ class ScriptedWorker:
 
     def run(self, task, w) -> ClientOutcome:
         res = self.method.client_work(self, task, w)
-        return ClientOutcome(task.client, task.round, self.sizes[task.client], res.messages,
-                             res.mean_loss, res.steps, res.finite, 0.0, res.local)  # fmt: skip
+        return ClientOutcome(
+            task.client,
+            task.round,
+            self.sizes[task.client],
+            res.messages,
+            res.mean_loss,
+            res.steps,
+            res.finite,
+            0.0,
+            res.local,
+        )
 
 
 def harness(method_block: dict, sizes: list[int], w0, delta, *, probs=None, lr=0.1):
@@ -51,8 +61,14 @@ def harness(method_block: dict, sizes: list[int], w0, delta, *, probs=None, lr=0
     w0 = torch.as_tensor(w0, dtype=torch.float32)
     layout = make_layout(w0.numel())
     n = len(sizes)
-    cfg = from_dict(RunConfig, {"method": method_block, "train": {"lr": lr},
-                                "fl": {"num_clients": n, "clients_per_round": 1}})  # fmt: skip
+    cfg = from_dict(
+        RunConfig,
+        {
+            "method": method_block,
+            "train": {"lr": lr},
+            "fl": {"num_clients": n, "clients_per_round": 1},
+        },
+    )
     env = MethodEnv.from_config(cfg, layout, [], probs if probs is not None else [1.0] * n)
     method = build_method(cfg, env)
     parts = tuple(np.arange(s) for s in sizes)
@@ -71,8 +87,9 @@ def const(table):
 @pytest.mark.parametrize("mode", ["skip", "apply"])
 def test_fedvarp_empty_round_skip_leaves_x_and_history_unchanged(mode):
     deltas = {0: [4.0, 0.0], 1: [0.0, 8.0]}
-    server, pool, _ = harness({"name": "fedvarp", "fedstale": {"empty_round": mode}}, [1, 3],
-                              [1.0, 2.0], const(deltas))  # fmt: skip
+    server, pool, _ = harness(
+        {"name": "fedvarp", "fedstale": {"empty_round": mode}}, [1, 3], [1.0, 2.0], const(deltas)
+    )
     play_round(server, pool, 1, [0, 1])
     w1 = server.w.clone()
     assert w1.tolist() == [1.0 + 0.25 * 4, 2.0 + 0.75 * 8]  # Σ α_i Δ_i, p = 1, y = 0
@@ -88,9 +105,12 @@ def test_fedvarp_empty_round_skip_leaves_x_and_history_unchanged(mode):
 def test_fedstale_server_weight_decay_is_formed_before_the_history_term():
     deltas = {0: [4.0, 0.0], 1: [0.0, 8.0]}
     lam = 0.5
-    server, pool, _ = harness({"name": "fedstale", "fedstale": {"beta": 0.5,
-                              "server_weight_decay": lam}}, [1, 3], [1.0, 2.0],
-                              const(deltas))  # fmt: skip
+    server, pool, _ = harness(
+        {"name": "fedstale", "fedstale": {"beta": 0.5, "server_weight_decay": lam}},
+        [1, 3],
+        [1.0, 2.0],
+        const(deltas),
+    )
     play_round(server, pool, 1, [0, 1])
     # d_p = G + λ x_t, then the (empty) history term; x ← x − d_p with G = −Σ α_i Δ_i
     assert server.w.tolist() == pytest.approx([1.0 + 1.0 - lam * 1.0, 2.0 + 6.0 - lam * 2.0])
@@ -98,9 +118,12 @@ def test_fedstale_server_weight_decay_is_formed_before_the_history_term():
 
 def test_fedstale_estimates_p_from_the_intervals_between_participations():
     # client 0 takes part in rounds 1, 4 and 6; client 1 in round 6 only
-    server, pool, _ = harness({"name": "fedstale", "fedstale": {"probs": "estimated",
-                              "beta": 0.0, "weights": "uniform"}}, [1, 1], [0.0],
-                              const({0: [1.0], 1: [1.0]}))  # fmt: skip
+    server, pool, _ = harness(
+        {"name": "fedstale", "fedstale": {"probs": "estimated", "beta": 0.0, "weights": "uniform"}},
+        [1, 1],
+        [0.0],
+        const({0: [1.0], 1: [1.0]}),
+    )
     weights = {}
     for t in range(1, 7):
         sel = [i for i, rounds in ((0, {1, 4, 6}), (1, {6})) if t in rounds]
@@ -120,8 +143,9 @@ def test_fedstale_estimates_p_from_the_intervals_between_participations():
 
 def test_mifa_wait_fills_the_table_without_moving_the_model():
     deltas = {0: [2.0], 1: [4.0]}
-    server, pool, _ = harness({"name": "mifa", "mifa": {"init": "wait"}}, [1, 1], [1.0],
-                              const(deltas))  # fmt: skip
+    server, pool, _ = harness(
+        {"name": "mifa", "mifa": {"init": "wait"}}, [1, 1], [1.0], const(deltas)
+    )
     play_round(server, pool, 1, [0])  # waiting: client 1 never seen
     assert server.w.tolist() == [1.0]
     report = play_round(server, pool, 2, [1])  # everyone seen: all train, table filled
@@ -133,9 +157,13 @@ def test_mifa_wait_fills_the_table_without_moving_the_model():
 
 def test_mifa_inverse_schedule_holds_what_the_authors_table_holds():
     # Δ = −lr · 10 (one gradient step of gradient 10): G_i = Δ_i/η_k = −10 whatever the round
-    server, pool, worker = harness({"name": "mifa", "mifa": {"lr_schedule": "inverse"}},
-                                   [1, 1], [0.0], lambda t, i, lr: [-10.0 * lr],
-                                   lr=0.5)  # fmt: skip
+    server, pool, worker = harness(
+        {"name": "mifa", "mifa": {"lr_schedule": "inverse"}},
+        [1, 1],
+        [0.0],
+        lambda t, i, lr: [-10.0 * lr],
+        lr=0.5,
+    )
     play_round(server, pool, 1, [0])
     play_round(server, pool, 2, [1])
     play_round(server, pool, 3, [])
@@ -149,8 +177,12 @@ def test_mifa_inverse_schedule_holds_what_the_authors_table_holds():
 
 
 def test_laq_authors_sums_over_workers_and_skips_up_to_100_times():
-    server, pool, _ = harness({"name": "laq", "laq": {"variant": "authors"}}, [1, 3],
-                              [0.0, 0.0], const({0: [1.0, -1.0], 1: [0.5, 0.5]}))  # fmt: skip
+    server, pool, _ = harness(
+        {"name": "laq", "laq": {"variant": "authors"}},
+        [1, 3],
+        [0.0, 0.0],
+        const({0: [1.0, -1.0], 1: [0.5, 0.5]}),
+    )
     play_round(server, pool, 1, [0, 1])
     # first uploads decided by the rule against Q_i = 0; 8-bit codes of ±R are exact
     assert server.w.tolist() == [1.0 + 0.5, -1.0 + 0.5]  # Σ_m Q_m, not a weighted mean
@@ -166,8 +198,9 @@ def test_laq_authors_sums_over_workers_and_skips_up_to_100_times():
 
 
 def test_laq_fl_variant_still_forces_the_first_upload_and_averages():
-    server, pool, _ = harness({"name": "laq"}, [1, 3], [0.0, 0.0],
-                              const({0: [1.0, -1.0], 1: [0.5, 0.5]}))  # fmt: skip
+    server, pool, _ = harness(
+        {"name": "laq"}, [1, 3], [0.0, 0.0], const({0: [1.0, -1.0], 1: [0.5, 0.5]})
+    )
     play_round(server, pool, 1, [0, 1])
     assert server.w.tolist() == [0.25 * 1.0 + 0.75 * 0.5, -0.25 + 0.75 * 0.5]
 
@@ -176,8 +209,12 @@ def test_laq_fl_variant_still_forces_the_first_upload_and_averages():
 
 
 def test_fedluar_default_is_the_authors_plain_mean():
-    server, pool, _ = harness({"name": "fedluar", "fedluar": {"delta": 0}}, [1, 3], [0.0, 0.0],
-                              const({0: [2.0, 0.0], 1: [0.0, 4.0]}))  # fmt: skip
+    server, pool, _ = harness(
+        {"name": "fedluar", "fedluar": {"delta": 0}},
+        [1, 3],
+        [0.0, 0.0],
+        const({0: [2.0, 0.0], 1: [0.0, 4.0]}),
+    )
     play_round(server, pool, 1, [0, 1])
     assert server.w.tolist() == [1.0, 2.0]  # (Δ_0 + Δ_1)/2, sample sizes ignored
 
@@ -186,9 +223,14 @@ def test_fedluar_default_is_the_authors_plain_mean():
 
 
 def test_fedsteer_fidelity_saving_counts_the_selected_clients_only(tmp_path):
-    cfg = small_config(tmp_path, method__name="fedsteer", method__topk_ratio=1.0,
-                       method__fedsteer__warmup=2, method__fedsteer__core_size=3,
-                       fl__rounds=3)  # fmt: skip
+    cfg = small_config(
+        tmp_path,
+        method__name="fedsteer",
+        method__topk_ratio=1.0,
+        method__fedsteer__warmup=2,
+        method__fedsteer__core_size=3,
+        fl__rounds=3,
+    )
     assert run_fl(cfg).status == "finished"
     runs = read_table(cfg.results_dir, "runs").iloc[0]
     b0 = int(runs["dense_bytes"])
@@ -211,10 +253,16 @@ def test_remap_coords_by_hand():
 def test_fedsteer_clean_mode_keeps_stale_coordinates_on_their_core_clients():
     rng = np.random.default_rng(3)
     table = {i: rng.normal(size=6).tolist() for i in range(6)}
-    server, pool, _ = harness({"name": "fedsteer", "fedsteer": {"mode": "clean", "core_size": 2,
-                              "warmup": 4, "swaps": 2}}, [5] * 6, [0.0] * 6,
-                              lambda t, i, lr: [v * (1 + 0.3 * t) for v in table[i]],
-                              probs=[0.5] * 6)  # fmt: skip
+    server, pool, _ = harness(
+        {
+            "name": "fedsteer",
+            "fedsteer": {"mode": "clean", "core_size": 2, "warmup": 4, "swaps": 2},
+        },
+        [5] * 6,
+        [0.0] * 6,
+        lambda t, i, lr: [v * (1 + 0.3 * t) for v in table[i]],
+        probs=[0.5] * 6,
+    )
     changes = 0
     for t, sel in enumerate([[0, 1, 2], [3, 4], [1, 5], [0, 2, 4]], 1):
         before, core_before = server.state.coords.clone(), server.state.core
@@ -235,9 +283,16 @@ def test_fedsteer_clean_mode_keeps_stale_coordinates_on_their_core_clients():
 def test_dg_proxy_forced_compute_scores_and_charges_forced_clients(tmp_path):
     runs = {}
     for mode in ("skip", "compute"):
-        cfg = small_config(tmp_path / mode, method__name="dg_fedreuse", fl__rounds=6,
-                           fl__num_clients=5, method__dg__max_age=2, method__dg__tau0=0.3,
-                           method__dg__tau_min=0.2, method__dg__proxy_forced=mode)  # fmt: skip
+        cfg = small_config(
+            tmp_path / mode,
+            method__name="dg_fedreuse",
+            fl__rounds=6,
+            fl__num_clients=5,
+            method__dg__max_age=2,
+            method__dg__tau0=0.3,
+            method__dg__tau_min=0.2,
+            method__dg__proxy_forced=mode,
+        )
         assert run_fl(cfg).status == "finished"
         ev = read_table(cfg.results_dir, "client_events").sort_values(["round", "client_id"])
         runs[mode] = ev.reset_index(drop=True)

@@ -1,4 +1,4 @@
-"""The comparison set (ALGORITHMS.md §1.4, §2.4–§2.12): hand-computed oracles on tiny inputs,
+"""The comparison set (methods: Conventions, FedLUAR, LAQ): hand-computed oracles on tiny inputs,
 the special-case identities, and end-to-end runs on digits."""
 
 from __future__ import annotations
@@ -35,7 +35,8 @@ from reuse_ray.algorithms.scaffold import (
 )
 from reuse_ray.algorithms.uplink import TopK
 from reuse_ray.codecs import SparseUpdate, decode_laq, encode_laq, laq_payload_bytes
-from reuse_ray.config import ConfigError, RunConfig, from_dict
+from reuse_ray.config import ConfigError, RunConfig
+from reuse_ray.configio import from_dict
 from reuse_ray.engine import run_fl
 from reuse_ray.participation import (
     bernoulli_selection,
@@ -55,7 +56,7 @@ def _plan(clients, decision=FRESH) -> RoundPlan:
     return RoundPlan((), {i: decision for i in clients})
 
 
-# --------------------------------------------------------------------------- §1.4 participation
+# ------------------------------------------------------------- participation (methods: Conventions)
 
 
 def test_two_group_law_matches_the_reference_numbers():
@@ -104,13 +105,12 @@ def test_methods_see_the_same_bernoulli_schedule(tmp_path):
     assert ea.reset_index(drop=True).equals(eb.reset_index(drop=True))
 
 
-# --------------------------------------------------------------------------- §2.4 FedLUAR
+# --------------------------------------------------------------------------- FedLUAR
 
 
 def _luar(delta=1):
     layout = shaped_layout([("a", (2, 2)), ("a_bias", (2,)), ("b", (1, 2)), ("c", (2, 1))])
-    return layout, FedLUAR(method_env(layout, seed=5), TopK(1.0), delta=delta,
-                           weighting="samples")  # fmt: skip
+    return layout, FedLUAR(method_env(layout, seed=5), TopK(1.0), delta=delta, weighting="samples")
 
 
 def test_fedluar_candidates_round_one_and_recycling_oracle():
@@ -122,8 +122,7 @@ def test_fedluar_candidates_round_one_and_recycling_oracle():
     w = torch.ones(layout.dim)
     u0 = torch.arange(1.0, 11.0)  # client 0, n=1
     u1 = -torch.arange(1.0, 11.0) * 3  # client 1, n=3
-    res = algo.server_step(st, 1, w, plan, {0: _fresh(0, u0, 1), 1: _fresh(1, u1, 3)},
-                           {0: 1, 1: 3})  # fmt: skip
+    res = algo.server_step(st, 1, w, plan, {0: _fresh(0, u0, 1), 1: _fresh(1, u1, 3)}, {0: 1, 1: 3})
     agg = 0.25 * u0 + 0.75 * u1
     assert torch.equal(res.w, w + agg)
     a = slice(0, 4)
@@ -190,7 +189,7 @@ def test_fedluar_run_uploads_exactly_the_non_recycled_layers(tmp_path):
     assert s.row["server_memory_bytes"] == sum(kernels) + 8 * len(kernels)
 
 
-# --------------------------------------------------------------------------- §2.5 FedSteer
+# --------------------------------------------------------------------------- FedSteer
 
 
 def test_ridge_projection_on_orthonormal_columns_is_q_transpose_g():
@@ -238,9 +237,15 @@ def test_coreset_search_never_increases_j_and_matches_the_direct_objective():
 
 @pytest.mark.parametrize("mode", ["fidelity", "clean"])
 def test_fedsteer_runs_and_holds_k_d_plus_n_k(tmp_path, mode):
-    cfg = small_config(tmp_path, method__name="fedsteer", method__topk_ratio=1.0,
-                       method__fedsteer__core_size=3, method__fedsteer__warmup=2,
-                       method__fedsteer__mode=mode, fl__rounds=4)  # fmt: skip
+    cfg = small_config(
+        tmp_path,
+        method__name="fedsteer",
+        method__topk_ratio=1.0,
+        method__fedsteer__core_size=3,
+        method__fedsteer__warmup=2,
+        method__fedsteer__mode=mode,
+        fl__rounds=4,
+    )
     s = run_fl(cfg)
     ev = read_table(cfg.results_dir, "client_events")
     d = s.row["num_params"]
@@ -254,7 +259,7 @@ def test_fedsteer_runs_and_holds_k_d_plus_n_k(tmp_path, mode):
         assert oracle.empty
 
 
-# --------------------------------------------------------------------------- §2.6 MIFA
+# --------------------------------------------------------------------------- MIFA
 
 
 def test_mifa_full_participation_equals_fedavg_and_absent_clients_keep_contributing():
@@ -262,8 +267,9 @@ def test_mifa_full_participation_equals_fedavg_and_absent_clients_keep_contribut
     st = algo.init_state(torch.zeros(2))
     w = torch.zeros(2)
     for t, (a, b) in enumerate([([1.0, 2.0], [3.0, -2.0]), ([0.5, 0.25], [-1.0, 4.0])], 1):
-        res = algo.server_step(st, t, w, _plan([0, 1]), {0: _fresh(0, a), 1: _fresh(1, b)},
-                               {0: 5, 1: 9})  # fmt: skip
+        res = algo.server_step(
+            st, t, w, _plan([0, 1]), {0: _fresh(0, a), 1: _fresh(1, b)}, {0: 5, 1: 9}
+        )
         fedavg = w + 0.5 * (torch.tensor(a) + torch.tensor(b))
         assert torch.equal(res.w, fedavg)
         st, w = res.state, res.w
@@ -280,8 +286,9 @@ def test_mifa_full_participation_equals_fedavg_and_absent_clients_keep_contribut
 def test_mifa_zero_init_shrinks_by_seen_over_n():
     algo = MIFA(method_env(None, 4), TopK(1.0))
     st = algo.init_state(torch.zeros(1))
-    res = algo.server_step(st, 1, torch.zeros(1), _plan([2]), {2: _fresh(2, [8.0])},
-                           dict.fromkeys(range(4), 1))  # fmt: skip
+    res = algo.server_step(
+        st, 1, torch.zeros(1), _plan([2]), {2: _fresh(2, [8.0])}, dict.fromkeys(range(4), 1)
+    )
     assert res.w.item() == 2.0  # 8 / N
 
 
@@ -301,7 +308,7 @@ def test_mifa_wait_init_fills_every_client_once_all_were_seen(tmp_path):
     assert s.status == "finished"
 
 
-# --------------------------------------------------------------------------- §2.7, §2.8
+# -------------------------------------------------------------------- FedVARP and FedStale
 
 
 def test_fedstale_beta_zero_is_importance_weighted_fedavg_and_one_is_fedvarp():
@@ -322,11 +329,23 @@ def test_fedvarp_full_participation_and_unbiasedness():
     algo = FedStale(method_env(None, 2), TopK(1.0), beta=1.0, weights="samples")
     st = algo.init_state(torch.zeros(2))
     ns = {0: 1, 1: 3}
-    res = algo.server_step(st, 1, torch.zeros(2), _plan([0, 1]),
-                           {0: _fresh(0, [4.0, 0.0]), 1: _fresh(1, [0.0, 8.0])}, ns)  # fmt: skip
+    res = algo.server_step(
+        st,
+        1,
+        torch.zeros(2),
+        _plan([0, 1]),
+        {0: _fresh(0, [4.0, 0.0]), 1: _fresh(1, [0.0, 8.0])},
+        ns,
+    )
     assert torch.equal(res.w, torch.tensor([1.0, 6.0]))  # Σ α_i Δ_i
-    res2 = algo.server_step(res.state, 2, res.w, _plan([0, 1]),
-                            {0: _fresh(0, [2.0, 2.0]), 1: _fresh(1, [-2.0, 0.0])}, ns)  # fmt: skip
+    res2 = algo.server_step(
+        res.state,
+        2,
+        res.w,
+        _plan([0, 1]),
+        {0: _fresh(0, [2.0, 2.0]), 1: _fresh(1, [-2.0, 0.0])},
+        ns,
+    )
     assert torch.equal(res2.w - res.w, torch.tensor([-1.0, 0.5]))
     # unbiased for fixed memories: E_S[v] = Σ α_i Δ_i under Bernoulli p
     rng = np.random.default_rng(0)
@@ -342,8 +361,9 @@ def test_fedvarp_full_participation_and_unbiasedness():
 
 
 def test_fedstale_estimated_probabilities():
-    algo = FedStale(method_env(None, 1, probs=(0.5,)), TopK(1.0), beta=0.0,
-                    probs_from="estimated_counts")  # fmt: skip
+    algo = FedStale(
+        method_env(None, 1, probs=(0.5,)), TopK(1.0), beta=0.0, probs_from="estimated_counts"
+    )
     st = algo.init_state(torch.zeros(1))
     assert algo.p_hat(st, 0, 4) == 0.25  # first participation at round 4: 1/4
     res = algo.server_step(st, 4, torch.zeros(1), _plan([0]), {0: _fresh(0, [1.0])}, {0: 1})
@@ -351,12 +371,16 @@ def test_fedstale_estimated_probabilities():
     assert algo.p_hat(res.state, 0, 6) == pytest.approx(2 / 6)
 
 
-# --------------------------------------------------------------------------- §2.9 SCAFFOLD
+# --------------------------------------------------------------------------- SCAFFOLD
 
 
 def test_scaffold_first_round_single_client_is_plain_local_sgd(tmp_path):
-    kw = {"fl__num_clients": 1, "fl__clients_per_round": 1, "fl__rounds": 1,
-          "method__topk_ratio": 1.0}  # fmt: skip
+    kw = {
+        "fl__num_clients": 1,
+        "fl__clients_per_round": 1,
+        "fl__rounds": 1,
+        "method__topk_ratio": 1.0,
+    }
     a = small_config(tmp_path / "a", **kw)
     b = small_config(tmp_path / "b", method__name="scaffold", **kw)
     ra, rb = run_fl(a), run_fl(b)
@@ -393,12 +417,11 @@ def test_scaffold_control_converges_to_the_common_gradient():
     assert effective_steps(5, 0.0) == 5
     assert effective_steps(2, 0.5) == pytest.approx(1 + 1.5)  # (1−β)/(1−β) + (1−β²)/(1−β)
     layout = shaped_layout([("a", (1, 2)), ("b", (1,))])
-    corr = scaffold_correction(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.5, 0.5, 0.5]),
-                               layout)  # fmt: skip
+    corr = scaffold_correction(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([0.5, 0.5, 0.5]), layout)
     assert corr["a"].tolist() == [[0.5, 1.5]] and corr["b"].tolist() == [2.5]
 
 
-# --------------------------------------------------------------------------- §2.11.2 EF21
+# --------------------------------------------------------------------------- EF21
 
 
 def test_ef21_step_and_server_mirror_agree():
@@ -412,17 +435,22 @@ def test_ef21_step_and_server_mirror_agree():
     assert cd.is_dense and torch.equal(gd, delta)
     algo = EF21(method_env(layout, 2, topk_ratio=0.4), variant="pp")
     st = algo.init_state(torch.zeros(5))
-    res = algo.server_step(st, 1, torch.zeros(5), _plan([0]), {0: received(0, c)},
-                           {0: 1, 1: 1})  # fmt: skip
+    res = algo.server_step(st, 1, torch.zeros(5), _plan([0]), {0: received(0, c)}, {0: 1, 1: 1})
     assert torch.equal(res.state.get(0), g)  # the server's mirror equals the client's g
     assert torch.equal(res.w, 0.5 * g)  # PP: Σ_all α_j g_j, the absent client has g = 0
     s_algo = EF21(method_env(layout, 2, topk_ratio=0.4), variant="s")
-    rs = s_algo.server_step(s_algo.init_state(torch.zeros(5)), 1, torch.zeros(5), _plan([0]),
-                            {0: received(0, c)}, {0: 1, 1: 1})  # fmt: skip
+    rs = s_algo.server_step(
+        s_algo.init_state(torch.zeros(5)),
+        1,
+        torch.zeros(5),
+        _plan([0]),
+        {0: received(0, c)},
+        {0: 1, 1: 1},
+    )
     assert torch.equal(rs.w, g)
 
 
-# --------------------------------------------------------------------------- §2.12 LAQ
+# --------------------------------------------------------------------------- LAQ
 
 
 def test_laq_quantiser_by_hand_and_on_the_wire():
@@ -437,8 +465,9 @@ def test_laq_quantiser_by_hand_and_on_the_wire():
     assert laq_payload_bytes(3, 2) == 4 + 1 and laq_payload_bytes(1000, 4) == 504
     # relative to the last upload; 13-bit codes survive the packing too
     r3, c3, q3 = laq_quantize(torch.tensor([1.0, 2.0, -7.0]), q, 13)
-    assert torch.equal(laq_dequantize(q, *decode_laq(encode_laq(r3, c3, 13, 2, 0, 1), 3)[:2],
-                                      13), q3)  # fmt: skip
+    assert torch.equal(
+        laq_dequantize(q, *decode_laq(encode_laq(r3, c3, 13, 2, 0, 1), 3)[:2], 13), q3
+    )
 
 
 def test_laq_skip_rule():
@@ -456,8 +485,9 @@ def test_laq_skip_rule():
 
 
 def test_laq_run_charges_bits_and_skips(tmp_path):
-    cfg = small_config(tmp_path, method__name="laq", method__topk_ratio=1.0,
-                       method__laq__bits=4, fl__rounds=6)  # fmt: skip
+    cfg = small_config(
+        tmp_path, method__name="laq", method__topk_ratio=1.0, method__laq__bits=4, fl__rounds=6
+    )
     s = run_fl(cfg)
     ev = read_table(cfg.results_dir, "client_events")
     d = s.row["num_params"]
@@ -486,10 +516,20 @@ ALL = ["fedluar", "fedsteer", "mifa", "fedvarp", "fedstale", "scaffold", "ef21",
 def test_every_method_handles_empty_rounds(tmp_path, method):
     kw = {"method__topk_ratio": 1.0} if method in ("laq", "fedsteer", "scaffold") else {}
     if method == "fedsteer":
-        kw.update(method__fedsteer__core_size=2, method__fedsteer__mode="clean",
-                  method__fedsteer__warmup=1)  # fmt: skip
-    cfg = small_config(tmp_path, method__name=method, fl__participation="groups",
-                       fl__group_probs=[0.15], fl__rounds=6, fl__eval_every=1, **kw)  # fmt: skip
+        kw.update(
+            method__fedsteer__core_size=2,
+            method__fedsteer__mode="clean",
+            method__fedsteer__warmup=1,
+        )
+    cfg = small_config(
+        tmp_path,
+        method__name=method,
+        fl__participation="groups",
+        fl__group_probs=[0.15],
+        fl__rounds=6,
+        fl__eval_every=1,
+        **kw,
+    )
     s = run_fl(cfg)
     assert s.status == "finished"
     rounds = read_table(cfg.results_dir, "rounds").sort_values("round").reset_index(drop=True)
@@ -514,7 +554,8 @@ def test_every_method_handles_empty_rounds(tmp_path, method):
 def test_every_method_has_a_search_space_that_yields_valid_configs(method):
     import optuna
 
-    from reuse_ray.config import flatten, set_dotted
+    from reuse_ray.config import flatten
+    from reuse_ray.configio import set_dotted
     from reuse_ray.tuning.spaces import load_space
 
     space = load_space(method)
@@ -567,9 +608,15 @@ def test_adversarial_schedule_follows_the_clients_lowest_labels_end_to_end(tmp_p
     from reuse_ray.engine import prepare_data
     from reuse_ray.participation import adversarial_probs
 
-    cfg = small_config(tmp_path, method__name="fedstale", method__topk_ratio=1.0,
-                       fl__participation="adversarial", fl__avail_min=0.2, fl__rounds=6,
-                       partition__alpha=0.05)  # fmt: skip
+    cfg = small_config(
+        tmp_path,
+        method__name="fedstale",
+        method__topk_ratio=1.0,
+        fl__participation="adversarial",
+        fl__avail_min=0.2,
+        fl__rounds=6,
+        partition__alpha=0.05,
+    )
     data, parts = prepare_data(cfg)
     probs = adversarial_probs([data.train.y[p] for p in parts], 10, 0.2, 1.0)
     assert len(set(probs.round(6).tolist())) > 1  # the law separates the clients here

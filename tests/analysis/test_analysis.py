@@ -14,24 +14,58 @@ SEEDS = [1, 2, 3, 4, 5]
 NOISE = [0.01, -0.02, 0.03, -0.01, -0.01]  # sums to zero
 
 
-def _write_run(root, method, seed, run_id, vals, *, r=1.0, status="finished", test=None,
-               stage="final", label=None, up_per_round=100, dense=1000, extra=None):  # fmt: skip
+def _write_run(
+    root,
+    method,
+    seed,
+    run_id,
+    vals,
+    *,
+    r=1.0,
+    status="finished",
+    test=None,
+    stage="final",
+    label=None,
+    up_per_round=100,
+    dense=1000,
+    extra=None,
+):
     w = RunWriter(root, run_id, method)
     cum_up = 0
     for t, v in enumerate(vals, start=1):
         cum_up += up_per_round
-        w.add("rounds", {
-            "run_id": run_id, "seed": seed, "round": t, "val_acc": v, "num_selected": 10,
-            "cum_up_restricted": cum_up, "cum_up_measured": cum_up + 10,
-            "cum_down_measured": t * dense, "cum_down_sensitivity": t * dense,
-            "cum_dense_reference": t * dense, "cum_saving_restricted": 1 - cum_up / (t * dense),
-            "cum_saving_bidirectional": (1 - cum_up / (t * dense)) / 2,
-        })  # fmt: skip
-    w.set_run_row({
-        "run_id": run_id, "seed": seed, "status": status, "dataset": "toy", "stage": stage,
-        "label": label, "test_acc": test, "test_round": len(vals) if test is not None else None,
-        "cfg.method.topk_ratio": r, "rounds_completed": len(vals), **(extra or {}),
-    })  # fmt: skip
+        w.add(
+            "rounds",
+            {
+                "run_id": run_id,
+                "seed": seed,
+                "round": t,
+                "val_acc": v,
+                "num_selected": 10,
+                "cum_up_restricted": cum_up,
+                "cum_up_measured": cum_up + 10,
+                "cum_down_measured": t * dense,
+                "cum_down_sensitivity": t * dense,
+                "cum_dense_reference": t * dense,
+                "cum_saving_restricted": 1 - cum_up / (t * dense),
+                "cum_saving_bidirectional": (1 - cum_up / (t * dense)) / 2,
+            },
+        )
+    w.set_run_row(
+        {
+            "run_id": run_id,
+            "seed": seed,
+            "status": status,
+            "dataset": "toy",
+            "stage": stage,
+            "label": label,
+            "test_acc": test,
+            "test_round": len(vals) if test is not None else None,
+            "cfg.method.topk_ratio": r,
+            "rounds_completed": len(vals),
+            **(extra or {}),
+        }
+    )
     w.flush(("runs", "rounds"))
 
 
@@ -46,8 +80,15 @@ def test_fixed_budget_paired_difference_and_ci(tmp_path):
     for s, e in zip(SEEDS, NOISE, strict=True):
         base = 0.80 + 0.01 * s
         _write_run(tmp_path, "fedavg", s, f"a{s}", [0.5, 0.7, base], test=base - 0.01)
-        _write_run(tmp_path, "dg_fedreuse", s, f"b{s}", [0.5, 0.7, base + 0.05 + e],
-                   test=base - 0.01 + 0.02, up_per_round=50)  # fmt: skip
+        _write_run(
+            tmp_path,
+            "dg_fedreuse",
+            s,
+            f"b{s}",
+            [0.5, 0.7, base + 0.05 + e],
+            test=base - 0.01 + 0.02,
+            up_per_round=50,
+        )
     res = load(tmp_path)
     fb = T.fixed_budget(res, T=3, reference="fedavg").set_index("arm")
     dg = fb.loc["dg_fedreuse"]
@@ -55,8 +96,9 @@ def test_fixed_budget_paired_difference_and_ci(tmp_path):
     assert dg["d_val_acc_lo"] <= 0.05 <= dg["d_val_acc_hi"]
     assert dg["d_test_acc"] == pytest.approx(0.02, abs=1e-12)
     assert fb.loc["fedavg", "val_acc_mean"] == pytest.approx(0.83)
-    assert fb.loc["fedavg", "val_acc_sd"] == pytest.approx(np.std([0.01 * s for s in SEEDS],
-                                                                  ddof=1))  # fmt: skip
+    assert fb.loc["fedavg", "val_acc_sd"] == pytest.approx(
+        np.std([0.01 * s for s in SEEDS], ddof=1)
+    )
     # restricted saving at T: 1 − 150/3000 vs 1 − 300/3000
     assert dg["d_cum_saving_restricted"] == pytest.approx(0.05)
     dl = T.downlink_table(res, 3).set_index("arm")
@@ -70,8 +112,9 @@ def test_factorial_main_effects_and_interaction(tmp_path):
             for topk in (0, 1):
                 y = 0.7 + 0.1 * reuse + 0.2 * topk + (0.05 + e) * reuse * topk + e
                 method = "dg_fedreuse" if reuse else "fedavg"
-                _write_run(tmp_path, method, s, f"{method}-{topk}-{s}", [0.1, y],
-                           r=0.2 if topk else 1.0)  # fmt: skip
+                _write_run(
+                    tmp_path, method, s, f"{method}-{topk}-{s}", [0.1, y], r=0.2 if topk else 1.0
+                )
     eff = T.factorial(load(tmp_path), T=2).set_index("effect")
     assert list(eff.index) == ["reuse", "topk", "reuse x topk"]
     assert eff.loc["reuse", "estimate"] == pytest.approx(0.125)
@@ -137,16 +180,43 @@ def test_gate_controls_at_matched_firing_rate(tmp_path):
     ):
         w = RunWriter(tmp_path, run_id, "dg_fedreuse")
         for k, (dec, promoted) in enumerate(decisions):
-            w.add("client_events", {"run_id": run_id, "seed": 1, "round": 2, "client_id": k,
-                                    "decision": dec, "age": 1, "tau": 0.5,
-                                    "gate_score": 0.6 if dec == "fresh" else 0.1,
-                                    "promoted": promoted})  # fmt: skip
+            w.add(
+                "client_events",
+                {
+                    "run_id": run_id,
+                    "seed": 1,
+                    "round": 2,
+                    "client_id": k,
+                    "decision": dec,
+                    "age": 1,
+                    "tau": 0.5,
+                    "gate_score": 0.6 if dec == "fresh" else 0.1,
+                    "promoted": promoted,
+                },
+            )
         for t in (1, 2):
-            w.add("rounds", {"run_id": run_id, "seed": 1, "round": t, "val_acc": 0.5,
-                             "cum_saving_restricted": 0.8})  # fmt: skip
-        w.set_run_row({"run_id": run_id, "seed": 1, "status": "finished", "dataset": "toy",
-                       "cfg.method.dg.gate": gate, "cfg.method.dg.gate_prob": prob,
-                       "cfg.method.topk_ratio": 0.2, "cfg.method.dg.max_age": 4})  # fmt: skip
+            w.add(
+                "rounds",
+                {
+                    "run_id": run_id,
+                    "seed": 1,
+                    "round": t,
+                    "val_acc": 0.5,
+                    "cum_saving_restricted": 0.8,
+                },
+            )
+        w.set_run_row(
+            {
+                "run_id": run_id,
+                "seed": 1,
+                "status": "finished",
+                "dataset": "toy",
+                "cfg.method.dg.gate": gate,
+                "cfg.method.dg.gate_prob": prob,
+                "cfg.method.topk_ratio": 0.2,
+                "cfg.method.dg.max_age": 4,
+            }
+        )
         w.flush(("runs", "rounds", "client_events"))
     gc = T.gate_controls(load(tmp_path)).set_index("gate")
     # 3 young events each; unpromoted fresh: proxy 1 → 1/3, random 1 → 1/3
@@ -162,9 +232,15 @@ def test_three_factor_factorial_with_error_feedback(tmp_path):
                 for ef in (0, 1):
                     y = 0.6 + 0.1 * reuse + 0.2 * topk + 0.04 * ef + 0.03 * topk * ef + e
                     method = "dg_fedreuse" if reuse else "fedavg"
-                    _write_run(tmp_path, method, s_, f"{method}-{topk}-{ef}-{s_}", [0.1, y],
-                               r=0.2 if topk else 1.0,
-                               extra={"cfg.method.error_feedback": bool(ef)})  # fmt: skip
+                    _write_run(
+                        tmp_path,
+                        method,
+                        s_,
+                        f"{method}-{topk}-{ef}-{s_}",
+                        [0.1, y],
+                        r=0.2 if topk else 1.0,
+                        extra={"cfg.method.error_feedback": bool(ef)},
+                    )
     eff = T.factorial(load(tmp_path), T=2).set_index("effect")
     assert eff.loc["ef", "estimate"] == pytest.approx(0.04 + 0.03 / 2)
     assert eff.loc["topk x ef", "estimate"] == pytest.approx(0.03)
@@ -177,8 +253,15 @@ def test_report_reads_well_few_pairs_flagged_and_self_contained(tmp_path):
     for s in (1, 2):
         _write_run(tmp_path, "fedavg", s, f"a{s}", [0.5, 0.7], test=0.7)
         _write_run(tmp_path, "dg_fedreuse", s, f"b{s}", [0.5, 0.72], test=0.71, extra=long)
-        _write_run(tmp_path, "dg_fedreuse", s, f"c{s}", [0.5, 0.73], test=0.72,
-                   extra={**long, "cfg.method.dg.tau0": 0.5})  # fmt: skip
+        _write_run(
+            tmp_path,
+            "dg_fedreuse",
+            s,
+            f"c{s}",
+            [0.5, 0.73],
+            test=0.72,
+            extra={**long, "cfg.method.dg.tau0": 0.5},
+        )
     md = write_report(tmp_path, reference="fedavg").read_text()
     fb = T.fixed_budget(load(tmp_path), T=2, reference="fedavg")
     assert fb["pairs"].dropna().tolist() == [2, 2]  # integers, not 2.0000
@@ -197,10 +280,17 @@ def test_leaderboard_paired_differences_pareto_and_ledgers(tmp_path):
     for s in SEEDS:
         base = 0.80 + 0.01 * s
         _write_run(tmp_path, "fedavg", s, f"a{s}", [0.5, 0.6, base], test=base, label="a")
-        _write_run(tmp_path, "fedavg", s, f"b{s}", [0.5, 0.6, base], test=base + 0.02,
-                   label="b")  # fmt: skip
-        _write_run(tmp_path, "dg_fedreuse", s, f"c{s}", [0.5, 0.6, base], test=base - 0.05,
-                   label="c", up_per_round=50)  # fmt: skip
+        _write_run(tmp_path, "fedavg", s, f"b{s}", [0.5, 0.6, base], test=base + 0.02, label="b")
+        _write_run(
+            tmp_path,
+            "dg_fedreuse",
+            s,
+            f"c{s}",
+            [0.5, 0.6, base],
+            test=base - 0.05,
+            label="c",
+            up_per_round=50,
+        )
     res = load(tmp_path)
     assert sorted(res.runs["arm"].unique()) == ["a", "b", "c"]  # study labels stand alone
     lb = T.leaderboard(res, 3, references=("a", "b")).set_index("arm")
@@ -218,8 +308,12 @@ def test_leaderboard_paired_differences_pareto_and_ledgers(tmp_path):
     # fewer than five pairs: the mean and the pair count, no interval
     few = load(tmp_path).runs
     keep = set(few.loc[few["seed"] <= 3, "run_id"])
-    sub = T.Results(few[few["run_id"].isin(keep)], res.rounds[res.rounds["run_id"].isin(keep)],
-                    res.client_events, res.trials)  # fmt: skip
+    sub = T.Results(
+        few[few["run_id"].isin(keep)],
+        res.rounds[res.rounds["run_id"].isin(keep)],
+        res.client_events,
+        res.trials,
+    )
     assert T.leaderboard(sub, 3, ("a",)).set_index("arm").loc["b", "Δ test acc vs a"] == (
         "+0.020 (3 pairs)"
     )

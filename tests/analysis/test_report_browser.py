@@ -23,8 +23,10 @@ def _launch(p):
             return p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
         return p.chromium.launch(args=["--no-sandbox"])  # Playwright's own Chromium
     except Exception as err:  # noqa: BLE001 - no browser at all: say so
-        pytest.skip(f"no headless Chromium here ({type(err).__name__}: {str(err)[:120]}); "
-                    "install Debian's chromium or run `playwright install chromium`")  # fmt: skip
+        pytest.skip(
+            f"no headless Chromium here ({type(err).__name__}: {str(err)[:120]}); "
+            "install Debian's chromium or run `playwright install chromium`"
+        )
 
 
 @pytest.mark.slow  # an end-to-end run: the full suite keeps it
@@ -32,10 +34,26 @@ def test_report_html_renders_in_chromium(tmp_path):
     long = {"cfg.method.dg.tau0": 0.91169880000000001, "cfg.method.dg.gate": "proxy"}
     for s in range(1, 7):
         _write_run(tmp_path, "fedavg", s, f"a{s}", [0.5, 0.6, 0.7], test=0.7)
-        _write_run(tmp_path, "dg_fedreuse", s, f"b{s}", [0.5, 0.62, 0.72], test=0.71,
-                   extra=long, up_per_round=40)  # fmt: skip
-        _write_run(tmp_path, "dg_fedreuse", s, f"c{s}", [0.5, 0.61, 0.73], test=0.72,
-                   extra={**long, "cfg.method.dg.tau0": 0.5}, up_per_round=30)  # fmt: skip
+        _write_run(
+            tmp_path,
+            "dg_fedreuse",
+            s,
+            f"b{s}",
+            [0.5, 0.62, 0.72],
+            test=0.71,
+            extra=long,
+            up_per_round=40,
+        )
+        _write_run(
+            tmp_path,
+            "dg_fedreuse",
+            s,
+            f"c{s}",
+            [0.5, 0.61, 0.73],
+            test=0.72,
+            extra={**long, "cfg.method.dg.tau0": 0.5},
+            up_per_round=30,
+        )
     write_report(tmp_path, reference="fedavg")
     page_path = tmp_path / "report" / "report.html"
     shot = Path(os.environ.get("REUSE_RAY_ARTIFACTS", tmp_path)) / "report-1280.png"

@@ -203,15 +203,24 @@ def test_synthetic_data_drawn_in_chunks_equals_one_draw(monkeypatch):
     values are those of one draw of every sample, split as before."""
     import numpy as np
 
-    from reuse_ray.config import DataConfig, from_dict
+    from reuse_ray.config import DataConfig
+    from reuse_ray.configio import from_dict
     from reuse_ray.data import load_dataset, registry
     from reuse_ray.rng import Purpose, generator
 
     monkeypatch.setattr(registry, "SYNTHETIC_CHUNK", 1000)
     n, shape, sigma = 2500, (2, 3, 4), 0.7
-    d = load_dataset(from_dict(DataConfig, {"name": "synthetic", "synthetic_samples": n,
-                                            "synthetic_shape": list(shape),
-                                            "synthetic_noise": sigma}))  # fmt: skip
+    d = load_dataset(
+        from_dict(
+            DataConfig,
+            {
+                "name": "synthetic",
+                "synthetic_samples": n,
+                "synthetic_shape": list(shape),
+                "synthetic_noise": sigma,
+            },
+        )
+    )
     rng = generator(0, Purpose.SYNTHETIC_DATA)
     templates = rng.standard_normal((10, *shape)).astype(np.float32)
     y = rng.integers(0, 10, size=n).astype(np.int64)
@@ -228,7 +237,6 @@ def test_loading_a_dataset_imports_no_torch():
     import subprocess
     import sys
 
-    code = ("import sys, reuse_ray.config, reuse_ray.data.registry; "
-            "print('torch' in sys.modules)")  # fmt: skip
+    code = "import sys, reuse_ray.config, reuse_ray.data.registry; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -24,8 +24,12 @@ def ray_runtime():
 
 
 def test_four_quarter_gpu_workers_share_the_gpu_and_a_fifth_waits(tmp_path):
-    assert pool_size_from_resources(ray.cluster_resources(), clients_per_round=10,
-                                    use_gpu=True, gpu_fraction=0.25) == 4  # fmt: skip
+    assert (
+        pool_size_from_resources(
+            ray.cluster_resources(), clients_per_round=10, use_gpu=True, gpu_fraction=0.25
+        )
+        == 4
+    )
     cfg = small_config(tmp_path)
     setup = make_setup(cfg, *prepare_data(cfg))[0]
     box = [ray.put(replace(setup, train=None)), ray.put(setup.train)]

@@ -30,9 +30,11 @@ WORKER = {"num_cpus": 2, "resources": {"fl_worker": 2}}
 @pytest.fixture(scope="module")
 def cluster():
     temp = ray_temp_dir()
-    c = Cluster(initialize_head=True, connect=True,
-                head_node_args={"num_cpus": 0, "temp_dir": temp,
-                                "include_dashboard": False})  # fmt: skip
+    c = Cluster(
+        initialize_head=True,
+        connect=True,
+        head_node_args={"num_cpus": 0, "temp_dir": temp, "include_dashboard": False},
+    )
     nodes = [c.add_node(**copy.deepcopy(WORKER)) for _ in range(2)]
     c.wait_for_nodes()
     try:
@@ -57,11 +59,13 @@ def _sweep(tmp_path, name: str, samples: int, rounds: int) -> dict:
     base = copy.deepcopy(BASE)
     base["fl"]["rounds"] = rounds
     return {
-        "name": name, "base": base,
+        "name": name,
+        "base": base,
         "search": {"space": "fedavg", "searcher": "random", "num_samples": samples, "seed": 1},
         "trial": {"backend": "local", "cpus": 1, "resources": {"fl_worker": 1}},
-        "checkpoint_every": 1, "results_dir": str(tmp_path / name),
-    }  # fmt: skip
+        "checkpoint_every": 1,
+        "results_dir": str(tmp_path / name),
+    }
 
 
 def _node_ids(nodes) -> set[str]:
@@ -86,8 +90,10 @@ class _Recording(RayBackend):
 
     def start(self, setup=None):
         super().start(setup)
-        where = [w.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
-                 for w in self.workers]  # fmt: skip
+        where = [
+            w.__ray_call__.remote(lambda _self: ray.get_runtime_context().get_node_id())
+            for w in self.workers
+        ]
         _Recording.nodes = ray.get(where)
 
 
@@ -95,16 +101,16 @@ def test_one_runs_client_workers_span_nodes_and_change_no_number(cluster, tmp_pa
     _, nodes = cluster
     cfg = small_config(tmp_path / "ray", fl__rounds=3).replace(
         engine=small_config(tmp_path).engine.__class__(
-            backend="ray", num_workers=3, cpu_per_worker=1.0)
-    )  # fmt: skip
+            backend="ray", num_workers=3, cpu_per_worker=1.0
+        )
+    )
     assert run_fl(cfg, backend=_Recording(cfg)).status == "finished"
     assert len(_Recording.nodes) == 3 and set(_Recording.nodes) == _node_ids(nodes)
     local = small_config(tmp_path / "local", fl__rounds=3)
     assert run_fl(local).status == "finished"
     for table in ("rounds", "client_events"):
         a = read_table(cfg.results_dir, table).drop(columns=list(TIMING_COLUMNS), errors="ignore")
-        b = read_table(local.results_dir, table).drop(columns=list(TIMING_COLUMNS),
-                                                       errors="ignore")  # fmt: skip
+        b = read_table(local.results_dir, table).drop(columns=list(TIMING_COLUMNS), errors="ignore")
         assert a.equals(b), table
 
 
@@ -150,9 +156,17 @@ def test_removing_a_worker_node_mid_sweep_loses_and_duplicates_no_row(cluster, t
     # the console named the trials the removal hit; each was restarted from its checkpoint and
     # finished on the other worker node. (Which trials those are is read from the console: a
     # trial seen running there may still finish in the moment before the node goes.)
-    restarted = {m.group(1) for line in said
-                 if (m := re.search(r"trial (\S+) failed \(its process or node died\); "
-                                    r"restarting", line))}  # fmt: skip
+    restarted = {
+        m.group(1)
+        for line in said
+        if (
+            m := re.search(
+                r"trial (\S+) failed \(its process or node died\); "
+                r"restarting",
+                line,
+            )
+        )
+    }
     assert restarted, said
     assert set(runs["trial_id"]) >= restarted
     assert set(runs.set_index("trial_id").loc[sorted(restarted), "ray_node"]) == {nodes[0].node_id}

@@ -55,12 +55,21 @@ METHODS = {
     # per-client memories in the object store, client-local states, new codecs, empty rounds
     "mifa_bernoulli": {"fl__rounds": 4, "method__name": "mifa", "fl__participation": "bernoulli"},
     "scaffold": {"fl__rounds": 3, "method__name": "scaffold"},
-    "laq": {"fl__rounds": 5, "method__name": "laq", "method__topk_ratio": 1.0,
-            "method__laq__bits": 4},
+    "laq": {
+        "fl__rounds": 5,
+        "method__name": "laq",
+        "method__topk_ratio": 1.0,
+        "method__laq__bits": 4,
+    },
     "fedluar": {"fl__rounds": 4, "method__name": "fedluar", "method__fedluar__delta": 1},
-    "fedsteer": {"fl__rounds": 4, "method__name": "fedsteer", "method__topk_ratio": 1.0,
-                 "method__fedsteer__core_size": 3, "method__fedsteer__warmup": 2},
-}  # fmt: skip
+    "fedsteer": {
+        "fl__rounds": 4,
+        "method__name": "fedsteer",
+        "method__topk_ratio": 1.0,
+        "method__fedsteer__core_size": 3,
+        "method__fedsteer__warmup": 2,
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -89,8 +98,13 @@ def test_ray_engine_is_bit_identical_to_local(tmp_path, local_reference, method,
         pd.testing.assert_frame_equal(local[table], theirs[table], check_exact=True)
     runs = read_table(cfg.results_dir, "runs").iloc[0]
     local_runs = read_table(local_cfg.results_dir, "runs").iloc[0]
-    for col in ("server_memory_bytes", "client_memory_bytes", "cum_up_measured",
-                "cum_down_measured", "final_val_acc"):  # fmt: skip
+    for col in (
+        "server_memory_bytes",
+        "client_memory_bytes",
+        "cum_up_measured",
+        "cum_down_measured",
+        "final_val_acc",
+    ):
         assert runs[col] == local_runs[col]
     if method == "dg_fedreuse":
         assert (theirs["client_events"]["decision"] == "reused").any()
@@ -106,8 +120,10 @@ def test_vectorized_groups_on_ray_are_bit_identical_to_local(tmp_path, method):
     cfgs = {}
     for backend in ("local", "ray"):
         cfg = small_config(tmp_path / backend, **METHODS[method])
-        cfgs[backend] = dataclasses.replace(cfg, engine=EngineConfig(
-            backend=backend, num_workers=2, vectorize=True, vectorize_group=3))  # fmt: skip
+        cfgs[backend] = dataclasses.replace(
+            cfg,
+            engine=EngineConfig(backend=backend, num_workers=2, vectorize=True, vectorize_group=3),
+        )
         assert run_fl(cfgs[backend]).status == "finished"
     local, theirs = (_frames(cfgs[b].results_dir) for b in ("local", "ray"))
     for table in local:
@@ -118,8 +134,9 @@ def test_channels_last_on_ray_is_bit_identical_to_local(tmp_path):
     cfgs = {}
     for backend in ("local", "ray"):
         cfg = small_config(tmp_path / backend, **METHODS["dg_fedreuse"])
-        cfgs[backend] = dataclasses.replace(cfg, engine=EngineConfig(
-            backend=backend, num_workers=2, channels_last=True))  # fmt: skip
+        cfgs[backend] = dataclasses.replace(
+            cfg, engine=EngineConfig(backend=backend, num_workers=2, channels_last=True)
+        )
         assert run_fl(cfgs[backend]).status == "finished"
     local, theirs = (_frames(cfgs[b].results_dir) for b in ("local", "ray"))
     for table in local:
@@ -139,8 +156,9 @@ def _started_backend(cfg) -> RayBackend:
 def test_dg_cache_lives_in_the_object_store(tmp_path):
     from reuse_ray.algorithms.dg_fedreuse import DGState
 
-    backend = _started_backend(_ray(small_config(tmp_path, **METHODS["dg_fedreuse"]),
-                                    num_workers=2))  # fmt: skip
+    backend = _started_backend(
+        _ray(small_config(tmp_path, **METHODS["dg_fedreuse"]), num_workers=2)
+    )
     try:
         for t in (1, 2):
             backend.run_round(t, [0, 1, 2, 3])
@@ -165,8 +183,9 @@ def test_dg_cache_lives_in_the_object_store(tmp_path):
 @pytest.mark.parametrize("method", ["mifa", "fedstale", "ef21", "laq", "scaffold"])
 def test_per_client_memories_live_in_the_object_store(tmp_path, method):
     kw = {"method__topk_ratio": 1.0} if method == "laq" else {}
-    backend = _started_backend(_ray(small_config(tmp_path, method__name=method, **kw),
-                                    num_workers=2))  # fmt: skip
+    backend = _started_backend(
+        _ray(small_config(tmp_path, method__name=method, **kw), num_workers=2)
+    )
     try:
         for t in (1, 2):
             backend.run_round(t, [0, 1, 2, 3])
@@ -321,7 +340,11 @@ def test_dispatch_batches_keep_lpt_order_and_shrink_to_single_clients():
 
     # hand case: 8 unit costs, 1 worker, spread 2 — targets 8/2, 4/2, 2/2, 1/2
     assert dispatch_batches([1] * 8, 1, list("abcdefgh"), spread=2) == [
-        list("abcd"), list("ef"), ["g"], ["h"]]  # fmt: skip
+        list("abcd"),
+        list("ef"),
+        ["g"],
+        ["h"],
+    ]
     # a client larger than the target goes alone; the small ones after it travel together
     costs = [50, 10, 10, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3]
     out = dispatch_batches(costs, 2, list(range(len(costs))), spread=1)
@@ -350,8 +373,9 @@ def test_workers_validate_w_t_inside_the_next_round(tmp_path, local_reference, m
     calls, deferred = [], []
     real, real_next = RayBackend.evaluate, RayBackend.validate_next_round
     monkeypatch.setattr(RayBackend, "evaluate", lambda *a, **k: calls.append(1) or real(*a, **k))
-    monkeypatch.setattr(RayBackend, "validate_next_round",
-                        lambda *a: deferred.append(1) or real_next(*a))  # fmt: skip
+    monkeypatch.setattr(
+        RayBackend, "validate_next_round", lambda *a: deferred.append(1) or real_next(*a)
+    )
     local_cfg, local = local_reference["fedavg_topk"]
     cfg = _ray(small_config(tmp_path, **METHODS["fedavg_topk"]), num_workers=2)
     assert run_fl(cfg).status == "finished"
@@ -376,13 +400,15 @@ def test_a_validation_no_round_took_runs_when_asked(tmp_path):
     backend.start(setup)
     try:
         job = backend.validate_next_round()
-        want = evaluate(model, setup.layout, backend.weights(), data.val, data.info,
-                        cfg.train.eval_batch_size)  # fmt: skip
+        want = evaluate(
+            model, setup.layout, backend.weights(), data.val, data.info, cfg.train.eval_batch_size
+        )
         assert job.result() == want and backend._side == []
         assert backend.evaluate() == want
         test = data.test()
-        assert backend.evaluate(test) == evaluate(model, setup.layout, backend.weights(), test,
-                                                  data.info, cfg.train.eval_batch_size)  # fmt: skip
+        assert backend.evaluate(test) == evaluate(
+            model, setup.layout, backend.weights(), test, data.info, cfg.train.eval_batch_size
+        )
     finally:
         backend.close()
 
@@ -404,9 +430,11 @@ def test_client_worker_processes_import_no_analysis_stack():
     import subprocess
     import sys
 
-    code = ("import sys, reuse_ray.distributed.actors; "
-            "print(sorted(m for m in ('pandas', 'pyarrow', 'matplotlib', 'optuna', 'ray.tune', "
-            "'sklearn', 'analysis') if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys, reuse_ray.distributed.actors; "
+        "print(sorted(m for m in ('pandas', 'pyarrow', 'matplotlib', 'optuna', 'ray.tune', "
+        "'sklearn', 'analysis') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -419,9 +447,11 @@ def test_a_run_driver_starts_its_actors_before_importing_pandas():
     import subprocess
     import sys
 
-    code = ("import sys, reuse_ray.config, reuse_ray.engine.loop, reuse_ray.results, "
-            "reuse_ray.distributed.backend; print(sorted(m for m in "
-            "('pandas', 'pyarrow.dataset', 'torch') if m in sys.modules))")  # fmt: skip
+    code = (
+        "import sys, reuse_ray.config, reuse_ray.engine.loop, reuse_ray.results, "
+        "reuse_ray.distributed.backend; print(sorted(m for m in "
+        "('pandas', 'pyarrow.dataset', 'torch') if m in sys.modules))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -432,8 +462,15 @@ def test_the_driver_reads_the_dataset_the_loader_task_put_in_the_store(tmp_path,
     data root (its environment, not the task's); the workers' split is the same object."""
     write_pathmnist(tmp_path / "envroot")
     monkeypatch.setenv("REUSE_RAY_DATA", str(tmp_path / "envroot"))
-    cfg = _ray(small_config(tmp_path, data__name="pathmnist", fl__num_clients=4,
-                            fl__clients_per_round=2, fl__rounds=1))  # fmt: skip
+    cfg = _ray(
+        small_config(
+            tmp_path,
+            data__name="pathmnist",
+            fl__num_clients=4,
+            fl__clients_per_round=2,
+            fl__rounds=1,
+        )
+    )
     backend = RayBackend(cfg)
     try:
         data = backend.load_data(cfg.data)
@@ -474,8 +511,10 @@ def test_a_missing_dataset_on_the_ray_engine_is_its_one_line_error(tmp_path):
 
 DRIVER_WITHOUT_TORCH = """
 import sys
-from reuse_ray.config import RunConfig, from_dict
+from reuse_ray.config import RunConfig
+from reuse_ray.configio import from_dict
 from reuse_ray.engine import RunHooks, run_fl
+from reuse_ray.engine.observers import SaveCheckpoints
 
 base = {"seed": 7, "data": {"name": "digits"}, "model": {"name": "cnn", "hidden": 32},
         "train": {"epochs": 1, "batch_size": 32},
@@ -485,7 +524,8 @@ base = {"seed": 7, "data": {"name": "digits"}, "model": {"name": "cnn", "hidden"
         "results_dir": sys.argv[1]}
 cfg = from_dict(RunConfig, base)
 blobs = {}
-hooks = RunHooks(checkpoint_every=2, save_checkpoint=lambda b, t: blobs.__setitem__(t, b))
+save = SaveCheckpoints(lambda b, t: blobs.__setitem__(t, b))
+hooks = RunHooks(checkpoint_every=2, observers=(save,))
 first = run_fl(cfg, hooks=hooks)
 again = run_fl(cfg, hooks=RunHooks(resume=blobs[2]), force=True)
 print(first.status, again.status, sorted(blobs), first.row["test_acc"] == again.row["test_acc"])
@@ -502,7 +542,10 @@ def test_the_ray_engines_driver_never_imports_torch(tmp_path, method):
     import sys
 
     address = ray.get_runtime_context().gcs_address
-    out = subprocess.run([sys.executable, "-c", DRIVER_WITHOUT_TORCH, str(tmp_path / "r"),
-                          method, address], capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", DRIVER_WITHOUT_TORCH, str(tmp_path / "r"), method, address],
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[-3:] == ["finished finished [2] True", "False", ""]

@@ -14,6 +14,7 @@ from reuse_ray.cli import main
 from reuse_ray.config import DataConfig, FLConfig, MethodConfig, ModelConfig
 from reuse_ray.data import load_dataset
 from reuse_ray.engine import ClientError, LocalBackend, run_fl
+from reuse_ray.engine.observers import OnRound, SaveCheckpoints
 from reuse_ray.engine.records import combine_batches
 from reuse_ray.results import RUN_TABLES, TIMING_COLUMNS, ResultsError, read_table
 
@@ -258,18 +259,24 @@ def test_checkpoint_resume_is_bit_identical(tmp_path, method):
     from reuse_ray.engine import RunHooks
 
     kw = {"method__name": method, "fl__rounds": 7}
-    kw.update({
-        "dg_fedreuse": {"method__dg__tau0": 0.3, "method__dg__tau_min": 0.2},
-        "laq": {"method__laq__bits": 4},
-        "fedsteer": {"method__fedsteer__core_size": 3},
-    }.get(method, {}))  # fmt: skip
+    kw.update(
+        {
+            "dg_fedreuse": {"method__dg__tau0": 0.3, "method__dg__tau_min": 0.2},
+            "laq": {"method__laq__bits": 4},
+            "fedsteer": {"method__fedsteer__core_size": 3},
+        }.get(method, {})
+    )
     if method in ("laq", "fedsteer"):
         kw["method__topk_ratio"] = 1.0
     straight = small_config(tmp_path / "straight", **kw)
     blobs = {}
+
+    def blobs_at(blob, t):
+        blobs[t] = blob
+
     run_fl(
         straight,
-        hooks=RunHooks(checkpoint_every=3, save_checkpoint=lambda b, t: blobs.__setitem__(t, b)),
+        hooks=RunHooks(checkpoint_every=3, observers=(SaveCheckpoints(blobs_at),)),
     )
     assert sorted(blobs) == [3, 6]
     resumed = small_config(tmp_path / "resumed", **kw)
@@ -298,8 +305,13 @@ def test_search_stage_never_reads_the_test_split(tmp_path):
 def test_every_cfg_column_groups_in_pandas(tmp_path):
     """Scalars only in cfg.* columns (list fields are JSON strings), across several methods."""
     for method in ("fedavg", "mifa"):
-        cfg = small_config(tmp_path, method__name=method, fl__rounds=1,
-                           fl__participation="groups", fl__group_probs=[0.5, 1.0])  # fmt: skip
+        cfg = small_config(
+            tmp_path,
+            method__name=method,
+            fl__rounds=1,
+            fl__participation="groups",
+            fl__group_probs=[0.5, 1.0],
+        )
         run_fl(cfg)
     runs = read_table(cfg.results_dir, "runs")
     cols = [c for c in runs.columns if c.startswith("cfg.")]
@@ -348,9 +360,11 @@ def test_validation_overlapping_the_next_round_changes_no_number(tmp_path):
     run_fl(plain)
     blobs = {}
     hooks = RunHooks(
-        on_round=lambda row, blob: seen.append((row["round"], row["val_acc"])),
         checkpoint_every=3,
-        save_checkpoint=lambda b, t: blobs.__setitem__(t, b),
+        observers=(
+            OnRound(lambda row, blob: seen.append((row["round"], row["val_acc"]))),
+            SaveCheckpoints(lambda b, t: blobs.__setitem__(t, b)),
+        ),
     )
     backend = _OverlappingBackend()
     run_fl(overlapped, backend=backend, hooks=hooks)
@@ -391,7 +405,8 @@ def test_a_hook_that_raises_on_an_overlapped_round_records_it_once(tmp_path):
 
     cfg = small_config(tmp_path, fl__rounds=5, fl__eval_every=1)
     with pytest.raises(RuntimeError, match="stopped by the caller"):
-        run_fl(cfg, backend=_OverlappingBackend(), hooks=RunHooks(on_round=stop_at_round_2))
+        hooks = RunHooks(observers=(OnRound(stop_at_round_2),))
+        run_fl(cfg, backend=_OverlappingBackend(), hooks=hooks)
     rounds = read_table(cfg.results_dir, "rounds")
     assert sorted(rounds["round"]) == [1, 2]  # each once, though round 3 had already trained
 
@@ -412,9 +427,24 @@ def test_channels_last_local_update_matches_the_default_layout(augment):
         model = set_memory_format(init_model("cnn", data.info.shape, 10, seed=3, hidden=32), cl)
         layout = StateLayout.from_model(model)
         w0 = layout.flatten(model)
-        res = local_update(model, layout, w0, {}, data.train, np.arange(150), data.info,
-                           seed=5, round_=1, client=2, epochs=2, batch_size=32, lr=0.05,
-                           momentum=0.9, weight_decay=1e-4, augment=augment)  # fmt: skip
+        res = local_update(
+            model,
+            layout,
+            w0,
+            {},
+            data.train,
+            np.arange(150),
+            data.info,
+            seed=5,
+            round_=1,
+            client=2,
+            epochs=2,
+            batch_size=32,
+            lr=0.05,
+            momentum=0.9,
+            weight_decay=1e-4,
+            augment=augment,
+        )
         weight = model.conv2.weight  # 32 input channels (conv1's single one fits both layouts)
         assert weight.is_contiguous(memory_format=torch.channels_last) == cl
         assert weight.is_contiguous() != cl
@@ -436,14 +466,19 @@ def test_a_backend_whose_workers_span_machine_kinds_says_so_once(tmp_path):
     of machine) is one progress line at the run's start; the numbers do not change."""
     from reuse_ray.machine import mixed_kinds_note
 
-    note = mixed_kinds_note([{"cpu": "A", "torch": "t", "capability": "X"},
-                             {"cpu": "B", "torch": "t", "capability": "X"}])  # fmt: skip
+    note = mixed_kinds_note(
+        [
+            {"cpu": "A", "torch": "t", "capability": "X"},
+            {"cpu": "B", "torch": "t", "capability": "X"},
+        ]
+    )
 
     class Mixed(LocalBackend):
         machine_note = note
 
-    cfg = dataclasses.replace(small_config(tmp_path / "a"), fl=FLConfig(
-        num_clients=4, clients_per_round=2, rounds=1))  # fmt: skip
+    cfg = dataclasses.replace(
+        small_config(tmp_path / "a"), fl=FLConfig(num_clients=4, clients_per_round=2, rounds=1)
+    )
     lines: list[str] = []
     assert run_fl(cfg, backend=Mixed(), progress=lines.append).status == "finished"
     assert [ln for ln in lines if "note:" in ln] == [f"[{cfg.run_id}] note: {note}"]

@@ -75,9 +75,16 @@ def _cli_config(tmp_path, rounds: int):
     import yaml
 
     config = tmp_path / "c.yaml"
-    config.write_text(yaml.safe_dump({"seed": 1, "data": {"name": "digits"}, "engine": {
-        "backend": "local"}, "fl": {"num_clients": 10, "clients_per_round": 2,
-                                    "rounds": rounds}}))  # fmt: skip
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "seed": 1,
+                "data": {"name": "digits"},
+                "engine": {"backend": "local"},
+                "fl": {"num_clients": 10, "clients_per_round": 2, "rounds": rounds},
+            }
+        )
+    )
     return config
 
 
@@ -96,8 +103,10 @@ def test_a_full_disk_is_one_line_and_keeps_what_was_written(tmp_path, monkeypatc
     def filling_up(table, where, *args, **kwargs):
         calls.append(1)
         if len(calls) > 4:  # the first flushes (clients, round 1's rows, the runs row) fit
-            raise OSError(errno.ENOSPC, "Error writing bytes to file. Detail: [errno 28] No "
-                          "space left on device")  # fmt: skip
+            raise OSError(
+                errno.ENOSPC,
+                "Error writing bytes to file. Detail: [errno 28] No space left on device",
+            )
         return real(table, where, *args, **kwargs)
 
     monkeypatch.setattr(pq, "write_table", filling_up)
@@ -135,8 +144,10 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
     assert main(["run", str(config), "--results", str(tmp_path / "res")]) == 143
     assert signal.getsignal(signal.SIGTERM) is handler  # put back when the command ends
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
-    assert err == ["reuse-ray: terminated by signal 15 — what finished is kept; rerun (or "
-                   "sweep --resume) to continue"]  # fmt: skip
+    assert err == [
+        "reuse-ray: terminated by signal 15 — what finished is kept; rerun (or "
+        "sweep --resume) to continue"
+    ]
     runs = read_table(tmp_path / "res", "runs")
     assert runs.iloc[0]["status"] == "failed" and runs.iloc[0]["error"].startswith("Terminated")
     assert runs.iloc[0]["rounds_completed"] == 2

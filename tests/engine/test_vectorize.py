@@ -23,14 +23,15 @@ from reuse_ray.state import StateLayout
 from reuse_ray.training import local_update
 from reuse_ray.vectorized import TrainRequest, local_update_many
 
-# the documented tolerance (docs/methods.md, "Vectorized clients"): per element of Δ, after a
+# the documented tolerance (methods: Vectorized clients): per element of Δ, after a
 # few epochs of a shallow CNN; the batched kernels sum in another order
 ATOL = 1e-5
 
 
 def _vec(cfg, **engine):
-    return dataclasses.replace(cfg, engine=dataclasses.replace(cfg.engine, vectorize=True,
-                                                               **engine))  # fmt: skip
+    return dataclasses.replace(
+        cfg, engine=dataclasses.replace(cfg.engine, vectorize=True, **engine)
+    )
 
 
 @pytest.mark.parametrize("forward", ["stacked", "vmap"])
@@ -54,15 +55,26 @@ def test_vectorized_local_update_matches_the_per_client_loop(augment, forward):
     lrs = [0.05, 0.05, 0.02, 0.1]
     corr = {n: 0.01 * torch.randn(p.shape, generator=g) for n, p in model.named_parameters()}
     corrections = [None, None, corr, None]
-    kw = dict(seed=11, epochs=2, batch_size=16, momentum=0.9, weight_decay=1e-3,
-              augment=augment)  # fmt: skip
-    requests = [TrainRequest(c, 4, ws[c], idx[c], lrs[c], mus[c], corrections[c])
-                for c in range(4)]  # fmt: skip
+    kw = dict(seed=11, epochs=2, batch_size=16, momentum=0.9, weight_decay=1e-3, augment=augment)
+    requests = [TrainRequest(c, 4, ws[c], idx[c], lrs[c], mus[c], corrections[c]) for c in range(4)]
     vec = local_update_many(model, layout, requests, data.train, data.info, **kw)
     for c in range(4):
-        ref = local_update(model, layout, ws[c], {}, data.train, idx[c], data.info,
-                           round_=4, client=c, lr=lrs[c], mu=mus[c],
-                           correction=corrections[c], amp=False, **kw)  # fmt: skip
+        ref = local_update(
+            model,
+            layout,
+            ws[c],
+            {},
+            data.train,
+            idx[c],
+            data.info,
+            round_=4,
+            client=c,
+            lr=lrs[c],
+            mu=mus[c],
+            correction=corrections[c],
+            amp=False,
+            **kw,
+        )
         assert vec[c].steps == ref.steps == 2 * -(-sizes[c] // 16)
         assert vec[c].finite and ref.finite
         assert float(ref.delta.abs().max()) > 1e-3  # it trained
@@ -77,8 +89,10 @@ def test_stacked_forward_is_each_models_forward(name, grouped):
     three models with different weights, batches of 5)."""
     shape = (3, 28, 28) if name == "cnn_valid" else (2, 8, 8)
     models = [init_model(name, shape, 7, seed=s, hidden=12).double() for s in range(3)]
-    p = {n: torch.stack([dict(m.named_parameters())[n] for m in models])
-         for n, _ in models[0].named_parameters()}  # fmt: skip
+    p = {
+        n: torch.stack([dict(m.named_parameters())[n] for m in models])
+        for n, _ in models[0].named_parameters()
+    }
     x = torch.randn(3, 5, *shape, dtype=torch.float64)
     out = models[0].forward_stacked(p, x, grouped=grouped)
     assert out.shape == (3, 5, 7)
@@ -100,9 +114,13 @@ RUNS = {
     "fedprox": {"method__name": "fedprox", "method__topk_ratio": 1.0},
     "scaffold": {"method__name": "scaffold"},
     "mifa": {"method__name": "mifa", "method__topk_ratio": 1.0},
-    "dg_fedreuse": {"fl__rounds": 5, "method__name": "dg_fedreuse", "method__dg__tau0": 0.3,
-                    "method__dg__tau_min": 0.2},
-}  # fmt: skip
+    "dg_fedreuse": {
+        "fl__rounds": 5,
+        "method__name": "dg_fedreuse",
+        "method__dg__tau0": 0.3,
+        "method__dg__tau_min": 0.2,
+    },
+}
 FAST = ("dg_fedreuse",)  # the one that also runs head proxies in the group's threads
 
 
@@ -130,8 +148,10 @@ def test_a_vectorized_run_is_deterministic(tmp_path):
     a = _vec(small_config(tmp_path / "a"), vectorize_group=3)
     b = _vec(small_config(tmp_path / "b"), vectorize_group=3)
     run_fl(a), run_fl(b)
-    ea, eb = (read_table(c.results_dir, "client_events").sort_values(["round", "client_id"])
-              for c in (a, b))  # fmt: skip
+    ea, eb = (
+        read_table(c.results_dir, "client_events").sort_values(["round", "client_id"])
+        for c in (a, b)
+    )
     cols = ["train_loss", "update_norm", "up_measured"]
     pd.testing.assert_frame_equal(
         ea[cols].reset_index(drop=True), eb[cols].reset_index(drop=True), check_exact=True
@@ -164,13 +184,40 @@ def test_a_diverging_client_is_flagged_alone():
     model = init_model("cnn", data.info.shape, data.info.num_classes, seed=3, hidden=32)
     layout = StateLayout.from_model(model)
     w0 = layout.flatten(model)
-    requests = [TrainRequest(0, 1, w0, np.arange(40), 0.05),
-                TrainRequest(1, 1, w0, np.arange(40, 80), 1e30)]  # fmt: skip
-    out = local_update_many(model, layout, requests, data.train, data.info, seed=0, epochs=2,
-                            batch_size=16, momentum=0.9, weight_decay=0.0)  # fmt: skip
-    ref = local_update(model, layout, w0, {}, data.train, np.arange(40, 80), data.info, seed=0,
-                       round_=1, client=1, epochs=2, batch_size=16, lr=1e30, momentum=0.9,
-                       weight_decay=0.0, amp=False)  # fmt: skip
+    requests = [
+        TrainRequest(0, 1, w0, np.arange(40), 0.05),
+        TrainRequest(1, 1, w0, np.arange(40, 80), 1e30),
+    ]
+    out = local_update_many(
+        model,
+        layout,
+        requests,
+        data.train,
+        data.info,
+        seed=0,
+        epochs=2,
+        batch_size=16,
+        momentum=0.9,
+        weight_decay=0.0,
+    )
+    ref = local_update(
+        model,
+        layout,
+        w0,
+        {},
+        data.train,
+        np.arange(40, 80),
+        data.info,
+        seed=0,
+        round_=1,
+        client=1,
+        epochs=2,
+        batch_size=16,
+        lr=1e30,
+        momentum=0.9,
+        weight_decay=0.0,
+        amp=False,
+    )
     assert out[0].finite and not out[1].finite and not ref.finite
     assert torch.isfinite(out[0].delta).all()
 
@@ -229,10 +276,23 @@ def test_a_parameter_the_loss_does_not_use_is_left_alone():
     layout = StateLayout.from_model(model)
     w0 = layout.flatten(model)
     kw = dict(seed=0, epochs=1, batch_size=16, momentum=0.9, weight_decay=1e-2)
-    vec = local_update_many(model, layout, [TrainRequest(0, 1, w0, np.arange(40), 0.1)],
-                            data.train, data.info, **kw)  # fmt: skip
-    ref = local_update(model, layout, w0, {}, data.train, np.arange(40), data.info, round_=1,
-                       client=0, lr=0.1, amp=False, **kw)  # fmt: skip
+    vec = local_update_many(
+        model, layout, [TrainRequest(0, 1, w0, np.arange(40), 0.1)], data.train, data.info, **kw
+    )
+    ref = local_update(
+        model,
+        layout,
+        w0,
+        {},
+        data.train,
+        np.arange(40),
+        data.info,
+        round_=1,
+        client=0,
+        lr=0.1,
+        amp=False,
+        **kw,
+    )
     spare = layout.index("spare.weight")
     assert not vec[0].delta[spare.offset : spare.offset + spare.numel].any()
     assert torch.allclose(vec[0].delta, ref.delta, rtol=0, atol=ATOL)

@@ -8,7 +8,7 @@ import math
 import pytest
 from golden.cases import digest
 
-from reuse_ray.config import load_run_config
+from reuse_ray.configio import load_run_config
 from reuse_ray.engine import run_fl
 from reuse_ray.results import read_table
 
@@ -16,9 +16,10 @@ OVERRIDES = ["fl.rounds=3", "fl.eval_every=3", "train.epochs=1", "model.hidden=1
 
 
 def _run(tmp_path, backend: str):
-    cfg = load_run_config("examples/my_method.yaml",
-                          [*OVERRIDES, f"engine.backend={backend}",
-                           f"results_dir={tmp_path / backend}"])  # fmt: skip
+    cfg = load_run_config(
+        "examples/my_method.yaml",
+        [*OVERRIDES, f"engine.backend={backend}", f"results_dir={tmp_path / backend}"],
+    )
     assert run_fl(cfg).status == "finished"
     return cfg
 

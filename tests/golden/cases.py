@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from reuse_ray.config import RunConfig, from_dict
+from reuse_ray.config import RunConfig
+from reuse_ray.configio import from_dict
 
 DIGESTS = Path(__file__).with_name("digests.json")
 
@@ -152,26 +153,35 @@ METRIC_COLUMNS = {
 def case_config(name: str, results_dir: str | Path, backend: str = "local") -> RunConfig:
     """The tiny run of one golden case: synthetic 1×8×8 data, 8 clients, 4 rounds."""
     method = dict(CASES[name])
-    fl = {"num_clients": 8, "clients_per_round": 3, "rounds": 4, "eval_every": 2,
-          **method.pop("_fl", {})}  # fmt: skip
-    return from_dict(RunConfig, {
-        "seed": 3,
-        "data": {"name": "synthetic", "synthetic_samples": 400, "synthetic_shape": [1, 8, 8]},
-        "model": {"name": "cnn", "hidden": 16},
-        "train": {"epochs": 1, "batch_size": 16},
-        "fl": fl,
-        "method": method,
-        "engine": {"backend": backend, "num_workers": 2},
-        "results_dir": str(results_dir),
-    })  # fmt: skip
+    fl = {
+        "num_clients": 8,
+        "clients_per_round": 3,
+        "rounds": 4,
+        "eval_every": 2,
+        **method.pop("_fl", {}),
+    }
+    return from_dict(
+        RunConfig,
+        {
+            "seed": 3,
+            "data": {"name": "synthetic", "synthetic_samples": 400, "synthetic_shape": [1, 8, 8]},
+            "model": {"name": "cnn", "hidden": 16},
+            "train": {"epochs": 1, "batch_size": 16},
+            "fl": fl,
+            "method": method,
+            "engine": {"backend": backend, "num_workers": 2},
+            "results_dir": str(results_dir),
+        },
+    )
 
 
 def _column_digest(values: pd.Series) -> str:
     arr = values.to_numpy()
     if arr.dtype.kind == "f":
         return hashlib.sha256(np.ascontiguousarray(arr, dtype="<f8").tobytes()).hexdigest()
-    return hashlib.sha256(json.dumps([None if pd.isna(v) else v for v in arr.tolist()],
-                                     default=str).encode()).hexdigest()  # fmt: skip
+    return hashlib.sha256(
+        json.dumps([None if pd.isna(v) else v for v in arr.tolist()], default=str).encode()
+    ).hexdigest()
 
 
 def digest(results_dir: str | Path) -> str:
@@ -227,9 +237,11 @@ def expected_or_skip(names: list[str] | tuple[str, ...]) -> dict[str, str]:
     got = expected() or {}
     missing = [n for n in names if n not in got]
     if missing:
-        pytest.skip(f"no golden digests of {missing if got else 'any case'} recorded for this "
-                    f"machine ({machine()}); record them with `python -m tests.golden.cases "
-                    "--write` at a commit whose digests pass on a recorded machine")  # fmt: skip
+        pytest.skip(
+            f"no golden digests of {missing if got else 'any case'} recorded for this "
+            f"machine ({machine()}); record them with `python -m tests.golden.cases "
+            "--write` at a commit whose digests pass on a recorded machine"
+        )
     return {n: got[n] for n in names}
 
 
@@ -245,9 +257,9 @@ def write(out: dict[str, str]) -> str:
     record = {"machine": here, "recorded": datetime.date.today().isoformat(), "digests": out}
     DIGESTS.write_text(json.dumps({"machines": [*kept, record]}, indent=1, sort_keys=True) + "\n")
     dropped = len(records) - len(mine) - len(kept)
-    return (f"wrote {DIGESTS} for {here}"
-            + (f"; dropped {dropped} other machines' records (the numbers changed)"
-               if dropped else ""))  # fmt: skip
+    return f"wrote {DIGESTS} for {here}" + (
+        f"; dropped {dropped} other machines' records (the numbers changed)" if dropped else ""
+    )
 
 
 def main(argv: list[str]) -> int:

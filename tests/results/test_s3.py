@@ -24,10 +24,16 @@ from reuse_ray.tuning import load_sweep, run_sweep
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
 SMALL = [
-    "base.fl.rounds=2", "base.fl.eval_every=1", "base.fl.num_clients=10",
-    "base.fl.clients_per_round=3", "base.train.epochs=1", "base.model.hidden=16",
-    "search.num_samples=2", "final.seeds=[1001]", "checkpoint_every=1",
-]  # fmt: skip
+    "base.fl.rounds=2",
+    "base.fl.eval_every=1",
+    "base.fl.num_clients=10",
+    "base.fl.clients_per_round=3",
+    "base.train.epochs=1",
+    "base.model.hidden=16",
+    "search.num_samples=2",
+    "final.seeds=[1001]",
+    "checkpoint_every=1",
+]
 
 
 def _free_port() -> int:
@@ -47,10 +53,15 @@ def s3(tmp_path_factory):
         )
     port = _free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
-    proc = subprocess.Popen([exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log.open("w"),
-                            stderr=subprocess.STDOUT)  # fmt: skip
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-           "AWS_DEFAULT_REGION": "us-east-1", "AWS_EC2_METADATA_DISABLED": "true"}  # fmt: skip
+    proc = subprocess.Popen(
+        [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log.open("w"), stderr=subprocess.STDOUT
+    )
+    env = {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -65,8 +76,9 @@ def s3(tmp_path_factory):
                 time.sleep(0.2)
         import pyarrow.fs as pafs
 
-        fs = pafs.S3FileSystem(endpoint_override=f"127.0.0.1:{port}", scheme="http",
-                               allow_bucket_creation=True)  # fmt: skip
+        fs = pafs.S3FileSystem(
+            endpoint_override=f"127.0.0.1:{port}", scheme="http", allow_bucket_creation=True
+        )
         fs.create_dir("bucket")
         yield f"127.0.0.1:{port}"
     finally:
@@ -95,8 +107,10 @@ def _fs(endpoint):
 def test_a_quickstart_sweep_round_trips_through_s3(s3, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     uri = f"s3://bucket/qs?endpoint_override={s3}&scheme=http"
-    spec = load_sweep("/".join([os.path.dirname(__file__), "../../sweeps/quickstart.yaml"]),
-                      [*SMALL, f"results_dir={uri}"])  # fmt: skip
+    spec = load_sweep(
+        "/".join([os.path.dirname(__file__), "../../sweeps/quickstart.yaml"]),
+        [*SMALL, f"results_dir={uri}"],
+    )
     assert spec.results_dir == uri and not spec.dated
     said: list[str] = []
     out = run_sweep(spec, say=said.append)
@@ -122,8 +136,12 @@ def test_a_quickstart_sweep_round_trips_through_s3(s3, tmp_path, monkeypatch):
 
     # reuse-ray report reads from the bucket and writes its report there
     fs.delete_dir("bucket/qs/report")
-    cli = subprocess.run([sys.executable, "-m", "reuse_ray", "report", uri],
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    cli = subprocess.run(
+        [sys.executable, "-m", "reuse_ray", "report", uri],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert cli.returncode == 0, cli.stderr
     assert "report: s3://bucket/qs/report/report.md" in cli.stdout
     html = fs.open_input_stream("bucket/qs/report/report.html").read().decode()

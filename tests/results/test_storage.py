@@ -39,9 +39,7 @@ def test_relative_locations_are_anchored_at_the_results_root(tmp_path, monkeypat
     assert default_root() == str(Path("~/reuse_ray_results").expanduser())
 
 
-def test_a_run_with_no_results_dir_writes_below_the_root_not_the_working_dir(
-    tmp_path, monkeypatch
-):  # fmt: skip
+def test_a_run_with_no_results_dir_writes_below_the_root_not_the_working_dir(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REUSE_RAY_RESULTS", str(tmp_path / "root"))
     cfg = small_config(tmp_path, fl__rounds=1).replace(results_dir="")
@@ -78,7 +76,7 @@ def write_once(monkeypatch):
 
 def test_without_rename_progress_is_hidden_and_final_files_are_written_once(
     tmp_path, write_once, monkeypatch
-):  # fmt: skip
+):
     cfg = small_config(tmp_path, fl__rounds=3, fl__eval_every=1)
     writes: list[str] = []
     real = Storage.write_parquet
@@ -122,9 +120,7 @@ def test_without_rename_a_killed_run_shows_no_half_result(tmp_path, write_once, 
     assert read_table_if_any(cfg.results_dir, "runs") is None
 
 
-def test_without_rename_a_forced_rerun_that_dies_keeps_the_finished_result(
-    tmp_path, write_once
-):  # fmt: skip
+def test_without_rename_a_forced_rerun_that_dies_keeps_the_finished_result(tmp_path, write_once):
     cfg = small_config(tmp_path, fl__rounds=2)
     assert run_fl(cfg).status == "finished"
     before = read_table(cfg.results_dir, "rounds")

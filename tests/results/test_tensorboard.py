@@ -27,8 +27,14 @@ def read_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
 
 
 def test_scalars_are_by_round_and_validation_only_on_evaluation_rounds(tmp_path):
-    cfg = small_config(tmp_path, method__name="dg_fedreuse", fl__rounds=5, fl__eval_every=2,
-                       method__dg__tau0=0.3, method__dg__tau_min=0.2)  # fmt: skip
+    cfg = small_config(
+        tmp_path,
+        method__name="dg_fedreuse",
+        fl__rounds=5,
+        fl__eval_every=2,
+        method__dg__tau0=0.3,
+        method__dg__tau_min=0.2,
+    )
     assert run_fl(cfg).status == "finished"
     folder = Path(cfg.results_dir) / "tensorboard" / "dg_fedreuse-seed7"
     scalars = read_scalars(folder)

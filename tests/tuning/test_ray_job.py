@@ -48,31 +48,73 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
     # the job agent on a port of its own: another Ray instance on the machine (the one started
     # below) takes the default agent port, and jobs then find "No available agent"
     start = subprocess.run(
-        [ray_cli, "start", "--head", "--num-cpus", "2", "--port", str(port),
-         "--dashboard-port", str(dash), "--dashboard-agent-listen-port", str(agent),
-         "--include-dashboard", "true", "--disable-usage-stats"],
-        env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            ray_cli,
+            "start",
+            "--head",
+            "--num-cpus",
+            "2",
+            "--port",
+            str(port),
+            "--dashboard-port",
+            str(dash),
+            "--dashboard-agent-listen-port",
+            str(agent),
+            "--include-dashboard",
+            "true",
+            "--disable-usage-stats",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     try:
         assert start.returncode == 0, start.stdout + start.stderr
         # with no address given, the tool starts its own local Ray (the README's word), not
         # Ray's default of joining the latest `ray start` instance on the machine (this one)
         own = subprocess.run(
-            [sys.executable, "-c", "import ray\nfrom reuse_ray.distributed.backend import "
-             "ensure_ray\nensure_ray(num_cpus=1)\nprint('GCS', ray.get_runtime_context()"
-             ".gcs_address)\nray.shutdown()"],
-            env=env, capture_output=True, text=True, timeout=120,  # the head's temp dir
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-c",
+                "import ray\nfrom reuse_ray.distributed.backend import "
+                "ensure_ray\nensure_ray(num_cpus=1)\nprint('GCS', ray.get_runtime_context()"
+                ".gcs_address)\nray.shutdown()",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,  # the head's temp dir
+        )
         assert own.returncode == 0, own.stdout[-2000:] + own.stderr[-2000:]
         gcs = [ln.split()[1] for ln in own.stdout.splitlines() if ln.startswith("GCS ")]
         assert len(gcs) == 1 and not gcs[0].endswith(f":{port}"), own.stdout
         results = tmp_path / "job-results"
         job = _submit(
-            [ray_cli, "job", "submit", "--address", f"http://127.0.0.1:{dash}",
-             "--working-dir", str(ROOT), "--", "reuse-ray", "run", "sweeps/quickstart.yaml",
-             "--set", "fl.rounds=2", "--set", "train.epochs=1", "--results", str(results)],
-            env=env, capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [
+                ray_cli,
+                "job",
+                "submit",
+                "--address",
+                f"http://127.0.0.1:{dash}",
+                "--working-dir",
+                str(ROOT),
+                "--",
+                "reuse-ray",
+                "run",
+                "sweeps/quickstart.yaml",
+                "--set",
+                "fl.rounds=2",
+                "--set",
+                "train.epochs=1",
+                "--results",
+                str(results),
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
         assert "succeeded" in job.stdout + job.stderr
         runs = read_table(results, "runs")
@@ -90,12 +132,30 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
         folders = []
         for _ in range(2):
             job = _submit(
-                [ray_cli, "job", "submit", "--address", f"http://127.0.0.1:{dash}",
-                 "--runtime-env-json", json.dumps(runtime_env), "--", "reuse-ray", "sweep",
-                 "sweeps/quickstart.yaml", "--set", "base.fl.rounds=2",
-                 "--set", "search.num_samples=2", "--set", "final.seeds=[1001]"],
-                env=env, capture_output=True, text=True, timeout=900,
-            )  # fmt: skip
+                [
+                    ray_cli,
+                    "job",
+                    "submit",
+                    "--address",
+                    f"http://127.0.0.1:{dash}",
+                    "--runtime-env-json",
+                    json.dumps(runtime_env),
+                    "--",
+                    "reuse-ray",
+                    "sweep",
+                    "sweeps/quickstart.yaml",
+                    "--set",
+                    "base.fl.rounds=2",
+                    "--set",
+                    "search.num_samples=2",
+                    "--set",
+                    "final.seeds=[1001]",
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=900,
+            )
             assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
             assert "best configuration" in job.stdout
             said = [ln for ln in job.stdout.splitlines() if ln.startswith("results root: ")]
@@ -112,9 +172,12 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
         assert list(Path(temp).rglob("*.parquet")) == []
         # a report from the stated root (its newest sweep)
         report = subprocess.run(
-            ["reuse-ray", "report", str(root / "sweeps" / "quickstart")], env=env,
-            capture_output=True, text=True, timeout=300,
-        )  # fmt: skip
+            ["reuse-ray", "report", str(root / "sweeps" / "quickstart")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert report.returncode == 0, report.stderr
         assert f"reporting the newest: {folders[1]}" in report.stdout
         assert (folders[1] / "report" / "report.html").is_file()

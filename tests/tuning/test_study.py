@@ -78,16 +78,18 @@ def _trials(rows):
 
 def test_selection_by_validation_accuracy_and_by_the_retention_rule():
     spec = parse_study(_raw())
-    trials = _trials([
-        ("fedavg", "finished", 0.90, 0.0, "{}"),
-        ("fedavg", "finished", 0.80, 0.0, "{}"),
-        # bar = 0.98 * 0.90 = 0.882
-        ("topk_fedavg", "finished", 0.89, 0.50, '{"r": 1}'),  # keeps the bar, saves 50 %
-        ("topk_fedavg", "finished", 0.885, 0.70, '{"r": 2}'),  # keeps the bar, saves 70 %
-        ("topk_fedavg", "finished", 0.87, 0.95, '{"r": 3}'),  # below the bar
-        ("topk_fedavg", "diverged", None, 0.99, '{"r": 4}'),  # counts, never selected
-        ("fed_ef", "finished", 0.70, 0.80, '{"r": 5}'),  # nothing keeps the bar
-    ])  # fmt: skip
+    trials = _trials(
+        [
+            ("fedavg", "finished", 0.90, 0.0, "{}"),
+            ("fedavg", "finished", 0.80, 0.0, "{}"),
+            # bar = 0.98 * 0.90 = 0.882
+            ("topk_fedavg", "finished", 0.89, 0.50, '{"r": 1}'),  # keeps the bar, saves 50 %
+            ("topk_fedavg", "finished", 0.885, 0.70, '{"r": 2}'),  # keeps the bar, saves 70 %
+            ("topk_fedavg", "finished", 0.87, 0.95, '{"r": 3}'),  # below the bar
+            ("topk_fedavg", "diverged", None, 0.99, '{"r": 4}'),  # counts, never selected
+            ("fed_ef", "finished", 0.70, 0.80, '{"r": 5}'),  # nothing keeps the bar
+        ]
+    )
     got = _select(trials, spec)
     assert got["topk_fedavg"]["val_acc"]["params_json"] == '{"r": 1}'
     assert got["topk_fedavg"]["retention"]["params_json"] == '{"r": 2}'
@@ -142,21 +144,51 @@ def test_report_leaderboard_prints_the_study_header(tmp_path, capsys):
     for arm, acc in (("topk_fedavg", 0.8), ("fed_ef", 0.82)):
         for s in (1001, 1002):
             w = RunWriter(tmp_path, f"{arm}-{s}", "fedavg")
-            w.add("rounds", {"run_id": f"{arm}-{s}", "seed": s, "round": 1, "val_acc": acc,
-                             "cum_up_restricted": 1, "cum_up_measured": 1,
-                             "cum_down_measured": 1, "cum_down_sensitivity": 1,
-                             "cum_dense_reference": 1, "cum_saving_restricted": 0.0,
-                             "cum_saving_bidirectional": 0.0})  # fmt: skip
-            w.set_run_row({"run_id": f"{arm}-{s}", "seed": s, "status": "finished",
-                           "dataset": "digits", "stage": "final", "label": arm,
-                           "test_acc": acc, "test_round": 1, "rounds_completed": 1})  # fmt: skip
+            w.add(
+                "rounds",
+                {
+                    "run_id": f"{arm}-{s}",
+                    "seed": s,
+                    "round": 1,
+                    "val_acc": acc,
+                    "cum_up_restricted": 1,
+                    "cum_up_measured": 1,
+                    "cum_down_measured": 1,
+                    "cum_down_sensitivity": 1,
+                    "cum_dense_reference": 1,
+                    "cum_saving_restricted": 0.0,
+                    "cum_saving_bidirectional": 0.0,
+                },
+            )
+            w.set_run_row(
+                {
+                    "run_id": f"{arm}-{s}",
+                    "seed": s,
+                    "status": "finished",
+                    "dataset": "digits",
+                    "stage": "final",
+                    "label": arm,
+                    "test_acc": acc,
+                    "test_round": 1,
+                    "rounds_completed": 1,
+                }
+            )
             w.flush(("runs", "rounds"))
-    meta = {"name": "study", "scale": None, "arms": ["topk_fedavg", "fed_ef"],
-            "workloads": ["digits"], "trials_per_arm": 6, "objectives": ["val_acc"],
-            "retention": 0.98, "retention_reference": "topk_fedavg",
-            "final_seeds": [1001, 1002], "compare_to": ["topk_fedavg", "fed_ef"],
-            "started_at": "2026-11-30T15:00:00+00:00", "machine": "2 CPUs (test)",
-            "wall_s": 3600.0}  # fmt: skip
+    meta = {
+        "name": "study",
+        "scale": None,
+        "arms": ["topk_fedavg", "fed_ef"],
+        "workloads": ["digits"],
+        "trials_per_arm": 6,
+        "objectives": ["val_acc"],
+        "retention": 0.98,
+        "retention_reference": "topk_fedavg",
+        "final_seeds": [1001, 1002],
+        "compare_to": ["topk_fedavg", "fed_ef"],
+        "started_at": "2026-11-30T15:00:00+00:00",
+        "machine": "2 CPUs (test)",
+        "wall_s": 3600.0,
+    }
     (tmp_path / "study.json").write_text(json.dumps(copy.deepcopy(meta)))
     assert main(["report", str(tmp_path), "--leaderboard"]) == 0
     out = capsys.readouterr().out

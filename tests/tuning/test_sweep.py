@@ -33,9 +33,13 @@ BASE = {
 
 
 def sweep(tmp_path, **blocks) -> dict:
-    raw = {"name": "t", "base": copy.deepcopy(BASE),
-           "search": {"space": "dg_fedreuse", "searcher": "tpe", "num_samples": 3, "seed": 0},
-           "results_dir": str(tmp_path / "sweep"), "checkpoint_every": 2}  # fmt: skip
+    raw = {
+        "name": "t",
+        "base": copy.deepcopy(BASE),
+        "search": {"space": "dg_fedreuse", "searcher": "tpe", "num_samples": 3, "seed": 0},
+        "results_dir": str(tmp_path / "sweep"),
+        "checkpoint_every": 2,
+    }
     raw.update(blocks)
     return raw
 
@@ -83,8 +87,7 @@ def test_every_shipped_sweep_file_validates():
 
     files = sorted(Path("sweeps").glob("*.yaml"))
     names = {f.stem for f in files}
-    assert {"quickstart", "paper_protocol", "topk_grid", "factorial", "dg_search",
-            "study"} <= names  # fmt: skip
+    assert {"quickstart", "paper_protocol", "topk_grid", "factorial", "dg_search", "study"} <= names
     from reuse_ray.tuning.study import is_study, load_study
 
     for f in files:
@@ -111,8 +114,9 @@ def test_concurrency_is_derived_from_resources(tmp_path):
 
 
 def test_pareto_front_by_hand():
-    df = pd.DataFrame({"val_acc": [0.9, 0.8, 0.85, 0.7, 0.9],
-                       "cum_up_restricted": [10, 5, 12, 5, 10]})  # fmt: skip
+    df = pd.DataFrame(
+        {"val_acc": [0.9, 0.8, 0.85, 0.7, 0.9], "cum_up_restricted": [10, 5, 12, 5, 10]}
+    )
     assert pareto_front(df).tolist() == [True, True, False, False, True]
 
 
@@ -120,8 +124,9 @@ def test_pareto_front_by_hand():
 
 
 def test_tpe_search_then_final_stage_validation_only(tmp_path):
-    raw = sweep(tmp_path, final={"seeds": [71, 72], "top": 1,
-                                 "compare": [{"method.name": "fedavg"}]})  # fmt: skip
+    raw = sweep(
+        tmp_path, final={"seeds": [71, 72], "top": 1, "compare": [{"method.name": "fedavg"}]}
+    )
     out = run_sweep(parse_sweep(raw), say=lambda m: None)
     trials = read_table(tmp_path / "sweep", "trials")
     assert len(trials) == 3 and trials["status"].eq("finished").all()
@@ -142,8 +147,12 @@ def test_tpe_search_then_final_stage_validation_only(tmp_path):
     ev = read_table(tmp_path / "sweep", "client_events")
     for seed in (71, 72):
         ids = final[final["seed"] == seed]["run_id"].tolist()
-        scheds = [ev[ev.run_id == r].sort_values(["round", "client_id"])[["round", "client_id"]]
-                  .to_numpy() for r in ids]  # fmt: skip
+        scheds = [
+            ev[ev.run_id == r]
+            .sort_values(["round", "client_id"])[["round", "client_id"]]
+            .to_numpy()
+            for r in ids
+        ]
         assert np.array_equal(scheds[0], scheds[1])
     assert out.selected and out.final_runs is not None
     # the selected run's config is the best trial's, applied to the base
@@ -245,11 +254,23 @@ def test_nsga2_pareto_and_retention_and_grid(tmp_path):
     front = pareto_front(trials)
     assert trials["on_pareto_front"].tolist() == front.tolist() and front.any()
 
-    raw = sweep(tmp_path / "ret", search={
-        "space": "dg_fedreuse", "searcher": "random", "objective": "retention",
-        "num_samples": 3, "retention": 0.5, "reference": {"method.name": "fedavg",
-                                                           "method.topk_ratio": 1.0}})  # fmt: skip
+    raw = sweep(
+        tmp_path / "ret",
+        search={
+            "space": "dg_fedreuse",
+            "searcher": "random",
+            "objective": "retention",
+            "num_samples": 3,
+            "retention": 0.5,
+            "reference": {"method.name": "fedavg", "method.topk_ratio": 1.0},
+        },
+    )
+    raw["base"]["engine"] = {"channels_last": True}  # an engine setting the trials carry
     run_sweep(parse_sweep(raw), say=lambda m: None)
+    runs = read_table(tmp_path / "ret" / "sweep", "runs")
+    # the reference that sets the bar ran with the trials' engine settings
+    assert (runs["trial_id"] == "reference").sum() == 1
+    assert runs["cfg.engine.channels_last"].all() and len(runs) == 4
     trials = read_table(tmp_path / "ret" / "sweep", "trials")
     ref = trials["reference_val_acc"].iloc[0]
     assert ref > 0.1
@@ -259,22 +280,36 @@ def test_nsga2_pareto_and_retention_and_grid(tmp_path):
     ).all()
     assert (trials.loc[~feasible, "objective_value"] < -1).all()
 
-    raw = sweep(tmp_path / "grid", search={"searcher": "grid", "num_samples": 1, "grid": {
-        "method.topk_ratio": [1.0, 0.2], "method.dg.gate": ["off", "proxy"]}})  # fmt: skip
+    raw = sweep(
+        tmp_path / "grid",
+        search={
+            "searcher": "grid",
+            "num_samples": 1,
+            "grid": {"method.topk_ratio": [1.0, 0.2], "method.dg.gate": ["off", "proxy"]},
+        },
+    )
     run_sweep(parse_sweep(raw), say=lambda m: None)
     trials = read_table(tmp_path / "grid" / "sweep", "trials")
-    combos = sorted((json.loads(p)["method.topk_ratio"], json.loads(p)["method.dg.gate"])
-                    for p in trials["params_json"])  # fmt: skip
+    combos = sorted(
+        (json.loads(p)["method.topk_ratio"], json.loads(p)["method.dg.gate"])
+        for p in trials["params_json"]
+    )
     assert combos == [(0.2, "off"), (0.2, "proxy"), (1.0, "off"), (1.0, "proxy")]
 
 
 def test_diverged_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
-    raw = sweep(tmp_path, search={"searcher": "grid", "num_samples": 1,
-                                  "grid": {"train.lr": [0.05, 50.0]}})  # fmt: skip
+    raw = sweep(
+        tmp_path, search={"searcher": "grid", "num_samples": 1, "grid": {"train.lr": [0.05, 50.0]}}
+    )
     run_sweep(parse_sweep(raw), say=lambda m: None)
     trials = read_table(tmp_path / "sweep", "trials")
-    status = dict(zip([json.loads(p)["train.lr"] for p in trials["params_json"]],
-                      trials["status"], strict=True))  # fmt: skip
+    status = dict(
+        zip(
+            [json.loads(p)["train.lr"] for p in trials["params_json"]],
+            trials["status"],
+            strict=True,
+        )
+    )
     assert status == {0.05: "finished", 50.0: "diverged"}
     runs = read_table(tmp_path / "sweep", "runs").set_index("cfg.train.lr")
     assert runs.loc[50.0, "status"] == "diverged" and "non-finite" in runs.loc[50.0, "error"]
@@ -282,18 +317,25 @@ def test_diverged_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
 
 
 def test_trial_on_the_ray_engine_reserves_its_workers(tmp_path):
-    raw = sweep(tmp_path, search={"searcher": "grid", "num_samples": 1,
-                                  "grid": {"method.dg.gate": ["off"]}},
-                trial={"backend": "ray", "cpus": 0.5, "workers": 1})  # fmt: skip
+    raw = sweep(
+        tmp_path,
+        search={"searcher": "grid", "num_samples": 1, "grid": {"method.dg.gate": ["off"]}},
+        trial={"backend": "ray", "cpus": 0.5, "workers": 1},
+    )
     run_sweep(parse_sweep(raw), say=lambda m: None)
     runs = read_table(tmp_path / "sweep", "runs")
     assert runs.iloc[0]["status"] == "finished" and runs.iloc[0]["backend"] == "ray"
 
 
 def test_protocol_searcher_none_runs_every_grid_cell_on_the_final_seeds(tmp_path):
-    raw = sweep(tmp_path, search={"searcher": "none", "grid": {
-        "method.name": ["fedavg", "dg_fedreuse"], "method.topk_ratio": [1.0, 0.2]}},
-        final={"seeds": [5]})  # fmt: skip
+    raw = sweep(
+        tmp_path,
+        search={
+            "searcher": "none",
+            "grid": {"method.name": ["fedavg", "dg_fedreuse"], "method.topk_ratio": [1.0, 0.2]},
+        },
+        final={"seeds": [5]},
+    )
     raw["base"]["fl"]["rounds"] = 2
     run_sweep(parse_sweep(raw), say=lambda m: None)
     runs = read_table(tmp_path / "sweep", "runs")
@@ -304,7 +346,7 @@ def test_protocol_searcher_none_runs_every_grid_cell_on_the_final_seeds(tmp_path
 
 def test_a_relative_results_dir_is_a_folder_of_dated_sweeps_under_the_results_root(
     tmp_path, monkeypatch
-):  # fmt: skip
+):
     # never the working directory: Tune runs trials in their own, and `ray job submit` runs the
     # driver in a package cache on the head node
     from reuse_ray.tuning.sweep import sweep_folder
@@ -347,8 +389,9 @@ def test_resume_without_an_earlier_dated_sweep_is_one_clear_error(tmp_path, monk
 def test_a_sweep_whose_every_trial_fails_writes_its_trials_and_says_why(tmp_path, capsys):
     from reuse_ray.errors import UserError
 
-    raw = sweep(tmp_path, search={"space": "fedavg", "searcher": "random", "num_samples": 2,
-                                  "seed": 0})  # fmt: skip
+    raw = sweep(
+        tmp_path, search={"space": "fedavg", "searcher": "random", "num_samples": 2, "seed": 0}
+    )
     raw["base"]["method"] = {"name": "fedavg"}
     raw["base"]["data"] = {"name": "synthetic", "synthetic_shape": [1, 2, 2]}  # CNN too small
     spec = parse_sweep(raw)
@@ -362,8 +405,9 @@ def test_a_sweep_whose_every_trial_fails_writes_its_trials_and_says_why(tmp_path
 
 
 def test_a_diverged_trial_reads_nan_in_trials_and_runs(tmp_path):
-    raw = sweep(tmp_path, search={"space": "fedavg", "searcher": "random", "num_samples": 1,
-                                  "seed": 0})  # fmt: skip
+    raw = sweep(
+        tmp_path, search={"space": "fedavg", "searcher": "random", "num_samples": 1, "seed": 0}
+    )
     raw["base"]["method"] = {"name": "fedavg"}
     raw["base"]["train"] = {"epochs": 1, "batch_size": 32, "lr": 1.0e8}  # blows up at once
     spec = parse_sweep(raw)
@@ -398,8 +442,9 @@ def test_the_quiet_console_silences_tunes_snapshot_warning_unless_the_user_set_i
 def test_the_default_console_is_quiet_and_says_what_each_trial_does(tmp_path, capfd):
     from reuse_ray.cli import main
 
-    raw = sweep(tmp_path, search={"space": "fedavg", "searcher": "random", "num_samples": 2,
-                                  "seed": 0})  # fmt: skip
+    raw = sweep(
+        tmp_path, search={"space": "fedavg", "searcher": "random", "num_samples": 2, "seed": 0}
+    )
     raw["base"]["method"] = {"name": "fedavg"}
     raw["base"]["fl"]["rounds"] = 2
     path = tmp_path / "quiet.yaml"

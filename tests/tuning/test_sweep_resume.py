@@ -22,21 +22,25 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 SWEEP = {
     "name": "resume",
     "base": {
-        "seed": 3, "data": {"name": "digits"}, "model": {"name": "cnn", "hidden": 16},
+        "seed": 3,
+        "data": {"name": "digits"},
+        "model": {"name": "cnn", "hidden": 16},
         "train": {"epochs": 2, "batch_size": 16},
         "fl": {"num_clients": 10, "clients_per_round": 4, "rounds": 10, "eval_every": 2},
         "method": {"name": "dg_fedreuse", "topk_ratio": 0.2},
     },
-    "search": {"searcher": "grid", "num_samples": 1,
-               "grid": {"method.dg.rho": [0.3, 0.5, 0.7, 0.9]}},
+    "search": {
+        "searcher": "grid",
+        "num_samples": 1,
+        "grid": {"method.dg.rho": [0.3, 0.5, 0.7, 0.9]},
+    },
     "checkpoint_every": 2,
     "final": {"seeds": [91], "top": 1},
-}  # fmt: skip
+}
 
 
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-c", "from reuse_ray.cli import main; raise SystemExit(main())",
-            *args]  # fmt: skip
+    return [sys.executable, "-c", "from reuse_ray.cli import main; raise SystemExit(main())", *args]
 
 
 TEMP = ray_temp_dir()  # every Ray this module starts lives under it (RAY_TMPDIR)
@@ -50,8 +54,11 @@ def _stop_ray() -> None:
 def _frames(results: Path) -> dict[str, pd.DataFrame]:
     out = {}
     drop = TIMING_COLUMNS | {"trial_id", "cfg.results_dir", "config_json"}
-    for table, keys in (("runs", ["run_id"]), ("rounds", ["run_id", "round"]),
-                        ("client_events", ["run_id", "round", "client_id"])):  # fmt: skip
+    for table, keys in (
+        ("runs", ["run_id"]),
+        ("rounds", ["run_id", "round"]),
+        ("client_events", ["run_id", "round", "client_id"]),
+    ):
         df = read_table(results, table)
         assert not df.duplicated(keys).any(), f"duplicated rows in {table}"
         df = df.drop(columns=[c for c in df.columns if c in drop])
@@ -66,9 +73,13 @@ def test_kill_driver_then_resume_matches_an_uninterrupted_sweep(tmp_path):
     env.pop("RAY_ADDRESS", None)
     calm, hit = tmp_path / "calm", tmp_path / "hit"
 
-    proc = subprocess.Popen(_cli("sweep", str(spec), "--results", str(hit)), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)  # fmt: skip
+    proc = subprocess.Popen(
+        _cli("sweep", str(spec), "--results", str(hit)),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         deadline = time.time() + 300
         # kill once some trial has finished and another has at most 4 of its 10 rounds written:
@@ -80,8 +91,9 @@ def test_kill_driver_then_resume_matches_an_uninterrupted_sweep(tmp_path):
                 running = runs.loc[runs["status"] == "running", "run_id"]
                 written = (
                     rows[rows["run_id"].isin(running)].groupby("run_id")["round"].max()
-                    if rows is not None else pd.Series(dtype=float)
-                )  # fmt: skip
+                    if rows is not None
+                    else pd.Series(dtype=float)
+                )
                 if any(written.get(r, 0) <= 4 for r in running):
                     break
             time.sleep(0.2)
@@ -98,12 +110,22 @@ def test_kill_driver_then_resume_matches_an_uninterrupted_sweep(tmp_path):
     interrupted = read_table(hit, "runs")
     assert not (hit / "trials").exists() and (interrupted["stage"] == "search").all()
 
-    done = subprocess.run(_cli("sweep", str(spec), "--results", str(hit), "--resume"), env=env,
-                          capture_output=True, text=True, timeout=900)  # fmt: skip
+    done = subprocess.run(
+        _cli("sweep", str(spec), "--results", str(hit), "--resume"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     _stop_ray()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    ref = subprocess.run(_cli("sweep", str(spec), "--results", str(calm)), env=env,
-                         capture_output=True, text=True, timeout=900)  # fmt: skip
+    ref = subprocess.run(
+        _cli("sweep", str(spec), "--results", str(calm)),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     _stop_ray()
     assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
 

@@ -1,0 +1,188 @@
+"""Launching a stage of a sweep or a study as a Ray Tune experiment: one call, named arguments.
+
+Every trial reserves what it needs up front (``tune.PlacementGroupFactory`` over the trial's
+bundles: its driver, and on the Ray engine its client workers); the experiment's state lives in
+``RESULTS/_tune`` on the results' own filesystem, so ``resume=True`` restores it from any node,
+after checking that the state is the user's own (Tune unpickles it)."""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from ..errors import UserError
+from ..results.storage import Storage
+from .spec import SweepSpec
+from .trainable import trial_main
+
+
+def derive_concurrency(spec: SweepSpec, resources: dict[str, float]) -> int:
+    """Trials that fit at once: min over resource kinds of ⌊available / per-trial need⌋."""
+    need = spec.trial.totals()
+    fits = [math.floor(resources.get(k, 0.0) / v + 1e-9) for k, v in need.items() if v > 0]
+    n = min(fits) if fits else 1
+    if spec.search.max_concurrent_trials > 0:
+        n = min(n, spec.search.max_concurrent_trials)
+    if n < 1:
+        short = ", ".join(
+            f"{k} {v:g} (the cluster has {resources.get(k, 0.0):g})"
+            for k, v in need.items()
+            if resources.get(k, 0.0) < v
+        )
+        raise UserError(
+            f"trial: one trial needs {short}; lower trial.cpus, trial.workers, "
+            f"trial.cpu_per_worker, trial.gpu_fraction or trial.resources"
+        )
+    return n
+
+
+def launch(
+    spec: SweepSpec,
+    stage: str,
+    *,
+    param_space: Any,
+    concurrency: int,
+    resume: bool,
+    search_alg: Any = None,
+    metric: Any = None,
+    mode: Any = None,
+    num_samples: int = 1,
+    reference: float | None = None,
+    say=print,
+    verbose: int = 0,
+    total: int | None = None,
+    mlflow: str | None = None,
+):
+    """Run (or, with ``resume``, restore and finish) the Tune experiment ``<name>-<stage>``:
+    ``num_samples`` trials over ``param_space`` (a searcher's, or a grid of points), at most
+    ``concurrency`` at once, each reporting to the console as ``stage`` (of ``total``)."""
+    from ray import tune
+
+    from .console import ConsoleReporter, trial_label
+
+    if verbose < 1:
+        quiet_tune()
+
+    storage, fs = tune_storage(spec.results_dir)
+    name = f"{spec.name}-{stage}"
+    trainable = tune.with_resources(
+        tune.with_parameters(
+            trial_main,
+            spec=spec,
+            stage=stage,
+            reference_val=reference,
+            verbose=verbose,
+            mlflow=mlflow,
+        ),
+        tune.PlacementGroupFactory(spec.trial.bundles()),
+    )
+    path = f"{storage}/{name}"
+    if resume and tune.Tuner.can_restore(path, storage_filesystem=fs):
+        if fs is None:  # a local or mounted folder: its owner and modes say who wrote it
+            check_tune_state_is_yours(path)
+        tuner = tune.Tuner.restore(
+            path,
+            trainable=trainable,
+            resume_unfinished=True,
+            resume_errored=True,
+            storage_filesystem=fs,
+        )
+    else:
+        tuner = tune.Tuner(
+            trainable,
+            param_space=param_space,
+            tune_config=tune.TuneConfig(
+                search_alg=search_alg,
+                num_samples=num_samples,
+                metric=metric,
+                mode=mode,
+                # a grid generator carries its own limit (set in make_searcher)
+                max_concurrent_trials=None if _is_variant_generator(search_alg) else concurrency,
+                trial_name_creator=lambda trial: trial_label(stage, trial),
+                trial_dirname_creator=lambda trial: trial_label(stage, trial),
+                # one trial process serves trial after trial: no fresh Ray worker, no repeated
+                # imports; every run builds its own state from its config and seed
+                reuse_actors=spec.trial.reuse_actors,
+            ),
+            run_config=tune.RunConfig(
+                name=name,
+                storage_path=storage,
+                storage_filesystem=fs,
+                verbose=min(verbose, 3),
+                # a trial whose process or node died continues from its last checkpoint
+                failure_config=tune.FailureConfig(max_failures=int(spec.trial.max_failures)),
+                callbacks=[ConsoleReporter(say, stage, total or num_samples)],
+                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+            ),
+        )
+    return tuner.fit()
+
+
+def quiet_tune() -> None:
+    """Our own console lines only: no experiment box, no INFO chatter from Tune, and not its
+    warning that the experiment state is snapshotted often. That warning comes whenever trials
+    checkpoint every few seconds (``checkpoint_every`` rounds of a short run): with
+    ``num_to_keep`` set, Tune snapshots its state once a trial has kept that many checkpoints,
+    which is what keeps a resumed sweep consistent; on a fast machine the quickstart printed it
+    nine times, three lines each. A threshold the user set is kept."""
+    import logging
+
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    for name in ("ray.tune", "ray.train", "ray.air"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def check_tune_state_is_yours(path: str) -> None:
+    """Refuse to resume from Tune state someone else could have written.
+
+    ``Tuner.restore`` unpickles the experiment's state (``tuner.pkl``, the searcher's state,
+    each trial's ``params.pkl``), and unpickling runs code. On a local or mounted filesystem
+    every entry of the experiment folder must be owned by this user, writable by nobody else
+    and not a symbolic link (the checks ssh makes of its keys); one that is not is named in one
+    line and nothing is read. Object stores carry no owner, so there the rule stays the user's:
+    resume only roots you or your cluster wrote (README)."""
+    import stat
+
+    me = os.getuid()
+
+    def refuse(entry: str, why: str) -> None:
+        raise UserError(
+            f"sweep --resume: {entry} {why}; Tune unpickles its experiment state "
+            f"when it resumes, so it resumes only from files you own and nobody "
+            f"else can write — check them, then `chmod -R go-w {path}` (or `chown`), "
+            f"or run the sweep into a fresh --results"
+        )
+
+    def check(entry: str) -> None:
+        st = os.lstat(entry)
+        if stat.S_ISLNK(st.st_mode):
+            refuse(entry, "is a symbolic link")
+        if st.st_uid != me:
+            refuse(entry, f"is owned by uid {st.st_uid}, not by you (uid {me})")
+        if st.st_mode & stat.S_IWOTH:
+            refuse(entry, "is writable by others")
+        if st.st_mode & stat.S_IWGRP:
+            refuse(entry, "is writable by its group")
+
+    for top, dirs, files in os.walk(path):  # links are not followed: listed, then refused
+        check(top)
+        for name in files + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
+            check(os.path.join(top, name))
+
+
+def tune_storage(results_dir: str):
+    """(storage_path, storage_filesystem) of a sweep's Tune experiments: ``RESULTS/_tune`` on
+    the results location's own filesystem, so trial checkpoints and the experiment state live
+    beside the Parquet tables and ``--resume`` works from any node."""
+    store = Storage.of(results_dir)
+    if store.local_path is not None:
+        return str(store.local_path / "_tune"), None
+    return store.path("_tune"), store.fs
+
+
+def _is_variant_generator(alg) -> bool:
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    return isinstance(alg, BasicVariantGenerator)

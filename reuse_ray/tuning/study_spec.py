@@ -1,0 +1,287 @@
+"""A study file, validated: its workloads, arms, budget and final seeds (see
+:mod:`reuse_ray.tuning.study` for what a study runs). The ``trial`` block and the common checks
+are the sweep file's (:mod:`reuse_ray.tuning.spec`)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..config import ConfigError
+from ..configio import apply_overrides
+from ..results.storage import anchored
+from ..yamlio import load_yaml_mapping
+from .spec import (
+    SearchSpec,
+    SweepSpec,
+    TrialSpec,
+    _checkpoint_every,
+    _choice,
+    _positive,
+    _seed,
+    _take,
+    _validate,
+    parse_trial,
+)
+
+OBJECTIVES = ("val_acc", "retention")
+TOP = (
+    "name",
+    "kind",
+    "workloads",
+    "arms",
+    "budget",
+    "shared",
+    "topk_range",
+    "objectives",
+    "retention",
+    "retention_reference",
+    "final",
+    "compare_to",
+    "targets",
+    "trial",
+    "checkpoint_every",
+    "results_dir",
+    "scales",
+)
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One competitor: a method with the run-config fields it fixes and the space of its own
+    knobs (a registered space name, or None for the shared knobs only)."""
+
+    name: str
+    fixed: dict[str, Any]
+    space: str | None = None
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str
+    workloads: dict[str, dict[str, Any]]
+    arms: tuple[Arm, ...]
+    trials_per_arm: int
+    sampler_seed: int
+    shared: dict[str, tuple[float, float, bool]]
+    topk_range: tuple[float, float, bool]
+    objectives: tuple[str, ...]
+    retention: float
+    retention_reference: str
+    final_seeds: tuple[int, ...]
+    compare_to: tuple[str, ...]
+    targets: dict[str, float]
+    trial: TrialSpec
+    checkpoint_every: int
+    results_dir: str
+    dated: bool = False
+    scale: str | None = None
+
+    def sweep_spec(self, workload: str) -> SweepSpec:
+        """The sweep machinery's view of one workload: its base and this study's trials."""
+        return SweepSpec(
+            name=f"{self.name}-{workload}",
+            base=self.workloads[workload],
+            search=SearchSpec(),
+            trial=self.trial,
+            final=None,
+            results_dir=self.results_dir,
+            checkpoint_every=self.checkpoint_every,
+        )
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
+
+def is_study(raw: dict[str, Any]) -> bool:
+    return isinstance(raw, dict) and raw.get("kind") == "study"
+
+
+def _range(path: str, value: Any) -> tuple[float, float, bool]:
+    """``[low, high]`` or ``[low, high, log]``."""
+    ok = isinstance(value, list | tuple) and len(value) in (2, 3)
+    ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value[:2])
+    if ok and len(value) == 3:
+        ok = value[2] in ("log", "linear")
+    if not ok or not 0 < value[0] < value[1]:
+        raise ConfigError(
+            path, f"{value!r}; allowed: [low, high] or [low, high, log|linear] with 0 < low < high"
+        )
+    return float(value[0]), float(value[1]), len(value) == 3 and value[2] == "log"
+
+
+def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
+    """Validate a study mapping; every error names the field and what is allowed."""
+    raw = _take(raw, "<root>", TOP)
+    name = raw.get("name") or Path(source).stem
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError("name", f"{name!r}; allowed: letters, digits, '-' and '_'")
+    workloads = raw.get("workloads")
+    if not isinstance(workloads, dict) or not workloads:
+        raise ConfigError("workloads", "expected a mapping of workload name -> base run config")
+    for w, base in workloads.items():
+        if not isinstance(base, dict):
+            raise ConfigError(f"workloads.{w}", "expected a base run config (a mapping)")
+        try:
+            _validate(base)
+        except ConfigError as err:
+            raise ConfigError(f"workloads.{w}", str(err)) from None
+    arms_raw = raw.get("arms")
+    if not isinstance(arms_raw, dict) or not arms_raw:
+        raise ConfigError("arms", "expected a mapping of arm name -> {fixed: {...}, space: ...}")
+    arms = []
+    for a, block in arms_raw.items():
+        block = _take(block, f"arms.{a}", ("fixed", "space"))
+        fixed = block.get("fixed") or {}
+        if not isinstance(fixed, dict) or "method.name" not in fixed:
+            raise ConfigError(
+                f"arms.{a}.fixed",
+                "expected a mapping of dotted run-config fields, with method.name",
+            )
+        space = block.get("space")
+        if space is not None:
+            from .spaces import load_space
+
+            try:
+                load_space(space)
+            except ConfigError as err:
+                raise ConfigError(f"arms.{a}.space", str(err).split(": ", 1)[-1]) from None
+        arms.append(Arm(str(a), dict(fixed), space))
+    budget = _take(raw.get("budget"), "budget", ("trials_per_arm", "seed"))
+    trials_per_arm = budget.get("trials_per_arm", 6)
+    _positive("budget.trials_per_arm", trials_per_arm, integer=True)
+    sampler_seed = budget.get("seed", 0)
+    _seed("budget.seed", sampler_seed)
+    shared_raw = raw.get("shared") or {"train.lr": [0.01, 0.2, "log"]}
+    if not isinstance(shared_raw, dict):
+        raise ConfigError("shared", "expected a mapping of dotted field -> [low, high, log]")
+    shared = {k: _range(f"shared.{k}", v) for k, v in shared_raw.items()}
+    topk_range = _range("topk_range", raw.get("topk_range", [0.01, 1.0, "log"]))
+    objectives = tuple(raw.get("objectives") or ("val_acc", "retention"))
+    for o in objectives:
+        _choice("objectives", o, OBJECTIVES)
+    if objectives[0] != "val_acc":
+        raise ConfigError(
+            "objectives",
+            "the first objective names each arm's main selection; allowed first: val_acc",
+        )
+    retention = raw.get("retention", 0.98)
+    if (
+        isinstance(retention, bool)
+        or not isinstance(retention, int | float)
+        or not (0 < retention <= 1)
+    ):
+        raise ConfigError("retention", f"{retention!r}; allowed: a number in (0, 1]")
+    names = [a.name for a in arms]
+    ref = raw.get("retention_reference", names[0])
+    _choice("retention_reference", ref, tuple(names))
+    compare_to = tuple(raw.get("compare_to") or ())
+    for c in compare_to:
+        _choice("compare_to", c, tuple(names))
+    final = _take(raw.get("final"), "final", ("seeds",))
+    seeds = final.get("seeds")
+    if not isinstance(seeds, list | tuple) or not seeds:
+        raise ConfigError("final.seeds", "the study needs a list of fresh seeds (5 or more)")
+    for s in seeds:
+        _seed("final.seeds", s)
+    search_seeds = {int(b.get("seed", 0)) for b in workloads.values()}
+    reused = sorted(set(seeds) & search_seeds)
+    if reused:
+        raise ConfigError(
+            "final.seeds", f"{reused} were used by the search; allowed: seeds the search never used"
+        )
+    targets = raw.get("targets") or {}
+    if not isinstance(targets, dict) or any(w not in workloads for w in targets):
+        raise ConfigError(
+            "targets",
+            f"expected workload -> validation accuracy, workloads: {', '.join(workloads)}",
+        )
+    for w, v in targets.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
+            raise ConfigError(f"targets.{w}", f"{v!r}; allowed: a number in (0, 1]")
+    trial = parse_trial(raw.get("trial"))
+    location, relative = anchored(raw.get("results_dir") or f"studies/{name}")
+    spec = StudySpec(
+        name=name,
+        workloads={str(k): v for k, v in workloads.items()},
+        arms=tuple(arms),
+        trials_per_arm=int(trials_per_arm),
+        sampler_seed=sampler_seed,
+        shared=shared,
+        topk_range=topk_range,
+        objectives=objectives,
+        retention=float(retention),
+        retention_reference=ref,
+        final_seeds=tuple(seeds),
+        compare_to=compare_to,
+        targets={str(k): float(v) for k, v in targets.items()},
+        trial=trial,
+        checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
+        results_dir=location,
+        dated=relative,
+    )
+    for a in spec.arms:  # every arm's first point must be a valid run on every workload
+        point = arm_points(spec, a, count=1)[0]
+        for w in spec.workloads:
+            try:
+                spec.sweep_spec(w).run_config(point)
+            except ConfigError as err:
+                raise ConfigError(f"arms.{a.name}", f"on workload {w}: {err}") from None
+    return spec
+
+
+def load_study(
+    path: str | Path, overrides: list[str] | None = None, scale: str | None = None
+) -> StudySpec:
+    """Read a study file, apply a named scale (``scales.<name>``: dotted overrides) and
+    ``--set`` overrides, and validate it."""
+    raw = load_yaml_mapping(path, "study file")
+    scales = raw.pop("scales", None) or {}
+    if scale is not None:
+        if scale not in scales:
+            raise ConfigError("--scale", f"{scale!r}; allowed: {', '.join(scales) or 'none'}")
+        block = scales[scale]
+        if not isinstance(block, dict):
+            raise ConfigError(f"scales.{scale}", "expected a mapping of dotted overrides")
+        apply_overrides(raw, [f"{k}={json.dumps(v)}" for k, v in block.items()])
+    apply_overrides(raw, overrides or [])
+    spec = parse_study(raw, str(path))
+    return dataclasses.replace(spec, scale=scale)
+
+
+def arm_points(spec: StudySpec, arm: Arm, count: int | None = None) -> list[dict[str, Any]]:
+    """The arm's search configurations: a seeded random draw from its own space and the shared
+    knobs, the arm's fixed fields on top. The same for every workload and every rerun."""
+    import optuna
+
+    from .spaces import load_space
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    seed = (spec.sampler_seed * 1_000_003 + zlib.crc32(arm.name.encode())) % 2**32
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=seed))
+    space = load_space(arm.space) if arm.space else None
+    out = []
+    for _ in range(count or spec.trials_per_arm):
+        t = study.ask()
+        if space is not None:
+            space(t)
+        for key, (lo, hi, log) in spec.shared.items():
+            if key not in arm.fixed:
+                t.suggest_float(key, lo, hi, log=log)
+        dist = t.distributions.get("method.topk_ratio")
+        if dist is not None and "method.topk_ratio" not in arm.fixed:
+            got = (float(dist.low), float(dist.high), bool(getattr(dist, "log", False)))
+            if got != spec.topk_range:
+                raise ConfigError(
+                    f"arms.{arm.name}.space",
+                    f"searches method.topk_ratio over "
+                    f"{got}, the study's topk_range is {spec.topk_range}; every "
+                    "arm searches shared knobs over the same range",
+                )
+        params = {k: v for k, v in t.params.items() if k not in arm.fixed}
+        out.append({**params, **arm.fixed})
+    return out
