@@ -42,6 +42,7 @@ from .observers import (
     RoundDone,
     RunEnded,
     RunStarted,
+    StopRun,
     TensorBoard,
 )
 from .recorder import Recorder, RunCheckpoint
@@ -269,6 +270,9 @@ def _drive(run: _Run, driver: RoundDriver, backend: Backend, observers: list[Obs
     try:
         for played in driver:
             _record(run, played, backend, observers, t_loop)
+    except StopRun:
+        run.status = "stopped"  # by an observer, after a recorded round: nothing to keep
+        return
     except BaseException:
         left = driver.drain()
         if left is not None:

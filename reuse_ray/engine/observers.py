@@ -57,10 +57,16 @@ class RoundDone:
 class RunEnded:
     """The run's ``runs`` row is written with its final status."""
 
-    status: str  # finished | diverged | failed
+    status: str  # finished | diverged | stopped | failed
     row: dict[str, Any]  # the runs row
     diverged_at: int | None
     test: tuple[float, float] | None
+
+
+class StopRun(Exception):  # noqa: N818 - a request, not an error
+    """Raised by an observer's ``on_round`` to end the run after that round (a trial scheduler
+    stopping a trial): the run's status becomes ``stopped``, its rows are those of the rounds
+    so far — a prefix of the full run's, bit for bit — and the test split is not read."""
 
 
 class Observer:

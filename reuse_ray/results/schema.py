@@ -36,7 +36,7 @@ from ..config import flat_field_types
 TABLES = ("runs", "rounds", "client_events", "clients", "trials")
 PARTITION_COLUMN = "method"
 
-RUN_STATUS = ("running", "finished", "failed", "diverged")
+RUN_STATUS = ("running", "finished", "failed", "diverged", "stopped")
 # the decision names of client events: reuse_ray.algorithms.api.DECISIONS (fresh, reused, lazy,
 # waiting, oracle, fill)
 
@@ -196,6 +196,9 @@ TRIALS = pa.schema(
         pa.field("error", pa.string()),
         pa.field("arm", pa.string()),  # a study's arm
         pa.field("selected_for", pa.string()),  # a study's objectives that selected the trial
+        # the last round the trial's run recorded: below the final round for a trial a
+        # scheduler stopped (status "stopped"), so the rung it reached
+        pa.field("round_reached", pa.int64()),
     ]
 )
 

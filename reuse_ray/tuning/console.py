@@ -55,7 +55,8 @@ class ConsoleReporter(Callback):
         sav_s = f"{100 * saving:.2f}%" if isinstance(saving, float) else "n/a"
         self.say(
             f"  {self.stage} trial {trial.trial_id} {status}: val_acc={acc_s} "
-            f"saving={sav_s} ({r.get('status', status)})"
+            f"saving={sav_s}"
+            + ("" if status.startswith("stopped") else f" ({r.get('status', status)})")
         )
         if isinstance(acc, float) and math.isfinite(acc) and status == "done":
             if self.best is None or acc > self.best[0]:
@@ -64,7 +65,13 @@ class ConsoleReporter(Callback):
         self.say(f"  {self.stage}: {self.done}/{self.total} trials finished; {best}".rstrip("; "))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self._end(trial, "done")
+        # a trial whose last report is a round's ("running") ended because the scheduler
+        # stopped it; one that finished reports its runs row last
+        r = trial.last_result or {}
+        if r.get("status") == "running":
+            self._end(trial, f"stopped by the scheduler after round {r.get('round')}")
+        else:
+            self._end(trial, "done")
 
     def on_trial_error(self, iteration, trials, trial, **info):
         self._end(trial, "error")

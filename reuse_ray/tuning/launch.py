@@ -48,6 +48,7 @@ def launch(
     metric: Any = None,
     mode: Any = None,
     num_samples: int = 1,
+    scheduler: Any = None,
     reference: float | None = None,
     say=print,
     verbose: int = 0,
@@ -94,6 +95,7 @@ def launch(
             param_space=param_space,
             tune_config=tune.TuneConfig(
                 search_alg=search_alg,
+                scheduler=scheduler,
                 num_samples=num_samples,
                 metric=metric,
                 mode=mode,

@@ -16,6 +16,10 @@ A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these bloc
       retention: 0.98                # retention objective: keep >= 98 % of the reference's val acc
       reference: {method.name: fedavg, method.topk_ratio: 1.0}   # the reference run's overrides
       max_concurrent_trials: 0       # 0: as many as the cluster's resources allow
+      scheduler: none                # none | asha | hyperband: stop weak trials early, with
+                                     # rungs on evaluation rounds (max_t: the final round)
+      grace_period: 1                # asha: the first rung, in rounds
+      reduction_factor: 3            # asha, hyperband: a rung keeps 1/reduction_factor
     trial:                           # resources one trial reserves up front (placement group)
       backend: local                 # local: the trial process trains; ray: + worker actors
       cpus: 1                        # local: CPUs of the trial process; ray: of its driver
@@ -50,6 +54,7 @@ from ..results.storage import anchored
 from ..yamlio import load_yaml_mapping
 
 SEARCHERS = ("tpe", "nsga2", "random", "grid", "none")
+SCHEDULERS = ("none", "asha", "hyperband")
 OBJECTIVES = ("val_acc", "pareto", "retention")
 TRIAL_BACKENDS = ("local", "ray")
 
@@ -65,6 +70,11 @@ class SearchSpec:
     retention: float = 0.98
     reference: dict[str, Any] = field(default_factory=dict)
     max_concurrent_trials: int = 0
+    # a trial scheduler over FL rounds: none, asha or hyperband. Its time axis is the round of
+    # the latest validation, so rungs fall on evaluation rounds; max_t is the final round
+    scheduler: str = "none"
+    grace_period: int = 1  # asha: the first rung, in rounds
+    reduction_factor: int = 3  # asha, hyperband: 1/reduction_factor of a rung's trials go on
 
 
 @dataclass(frozen=True)
@@ -265,6 +275,7 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
         )
     if search.objective == "pareto" and search.searcher not in ("nsga2", "random", "grid"):
         raise ConfigError("search.objective", "pareto needs searcher nsga2, random or grid")
+    _check_scheduler(search, _validate(_deep_copy(base)).fl.rounds)
     if search.space:
         from .spaces import load_space
 
@@ -349,6 +360,32 @@ def _compare_entry(j: int, entry: dict[str, Any], seeds) -> dict[str, Any]:
         only = [int(v) for v in only]
     fields = {k: v for k, v in entry.items() if k not in ("label", "seeds")}
     return dict(fields, label=label, **({"seeds": only} if only is not None else {}))
+
+
+def _check_scheduler(search: SearchSpec, rounds: int) -> None:
+    _choice("search.scheduler", search.scheduler, SCHEDULERS)
+    if search.scheduler == "none":
+        return
+    if search.searcher == "none":
+        raise ConfigError(
+            "search.scheduler",
+            f"{search.scheduler} stops search trials, and "
+            "searcher none runs no search; allowed with searcher none: none",
+        )
+    if search.objective == "pareto":
+        raise ConfigError(
+            "search.scheduler",
+            f"{search.scheduler} ranks trials on one metric; allowed with objective pareto: none",
+        )
+    _positive("search.grace_period", search.grace_period, integer=True)
+    if search.grace_period > rounds:
+        raise ConfigError(
+            "search.grace_period",
+            f"{search.grace_period} is beyond the final round ({rounds}); allowed: 1 to {rounds}",
+        )
+    f = search.reduction_factor
+    if isinstance(f, bool) or not isinstance(f, int) or f < 2:
+        raise ConfigError("search.reduction_factor", f"{f!r}; allowed: an integer ≥ 2")
 
 
 def parse_trial(raw: Any) -> TrialSpec:

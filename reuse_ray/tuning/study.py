@@ -243,6 +243,7 @@ def _trials(spec: StudySpec, sweep: SweepSpec, points: list[dict[str, Any]]) -> 
                 cum_up_restricted=None if r is None else _num(r["cum_up_restricted"]),
                 cum_saving_restricted=None if r is None else _num(r["cum_saving_restricted"]),
                 error=None if r is None else r["error"],
+                round_reached=None if r is None else int(r["rounds_completed"]),
                 arm=point["label"],
                 trial_index=k,
             )

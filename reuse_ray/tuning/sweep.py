@@ -66,6 +66,37 @@ def make_searcher(spec: SweepSpec, concurrency: int = 0):
     return alg, None, None, None
 
 
+def make_scheduler(spec: SweepSpec, metric: str | None):
+    """The search's trial scheduler (None for ``scheduler: none``), on the round of each trial's
+    latest validation (``val_round``), so a rung is judged on a measured accuracy. The metric
+    is the searcher's when the Tune config names one (grid), else the objective."""
+    s = spec.search
+    if s.scheduler == "none":
+        return None
+    from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler
+
+    rounds = spec.run_config().fl.rounds
+    target = {} if metric else {"metric": "objective", "mode": "max"}
+    if s.scheduler == "asha":
+        return ASHAScheduler(
+            time_attr="val_round",
+            max_t=rounds,
+            grace_period=s.grace_period,
+            reduction_factor=s.reduction_factor,
+            **target,
+        )
+    return HyperBandScheduler(
+        time_attr="val_round", max_t=rounds, reduction_factor=s.reduction_factor, **target
+    )
+
+
+def _grid_size(spec: SweepSpec) -> int:
+    """Trials per sample: the grid's points for the grid searcher, else one."""
+    if spec.search.searcher != "grid":
+        return 1
+    return math.prod(len(v) for v in spec.search.grid.values())
+
+
 def pareto_front(df: pd.DataFrame) -> pd.Series:
     """True where no other row has val_acc ≥ and cum_up_restricted ≤ with one strict."""
     acc, up = df["val_acc"].to_numpy(), df["cum_up_restricted"].to_numpy()
@@ -122,12 +153,14 @@ def _trials_table(spec: SweepSpec, results, reference: float | None) -> pd.DataF
         status = "error" if r.error else metrics.get("status", "unknown")
         val = metrics.get("val_acc")
         saving = metrics.get("cum_saving_restricted")
+        reached = metrics.get("round")
         if run_id is not None and runs is not None and run_id in runs.index:
             # the runs table is the record: a run that diverged before its first evaluation has
             # no validation accuracy there (NaN), whatever Tune was told to keep its searcher going
             status = runs.loc[run_id, "status"] if not r.error else "error"
             val = _float_or_nan(runs.loc[run_id, "final_val_acc"])
             saving = _float_or_nan(runs.loc[run_id, "cum_saving_restricted"])
+            reached = int(runs.loc[run_id, "rounds_completed"])
         known = val is not None and not math.isnan(val)
         value = objective_value(
             spec.search.objective, val, saving, reference, spec.search.retention
@@ -148,6 +181,7 @@ def _trials_table(spec: SweepSpec, results, reference: float | None) -> pd.DataF
                 reference_val_acc=reference,
                 objective_value=value if known else None,
                 error=_error_text(r.error) if r.error else None,
+                round_reached=reached,
             )
         )
     df = pd.DataFrame(rows)
@@ -269,7 +303,9 @@ def run_sweep(
             search_alg=alg,
             metric=metric,
             mode=mode,
+            scheduler=make_scheduler(spec, metric),
             num_samples=spec.search.num_samples,
+            total=spec.search.num_samples * _grid_size(spec),
             concurrency=concurrency,
             resume=resume,
             reference=reference,

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import RunHooks, make_backend, run_fl
-from ..engine.observers import Observer, RoundDone
+from ..engine.observers import Observer, RoundDone, StopRun
 from .spec import SweepSpec
 
 STATE_FILE = "run_state.pt"  # reuse_ray.checkpoint: data only, never unpickled as code
@@ -55,9 +55,14 @@ def trial_metrics(
     """What a trial reports to Tune, from a ``rounds`` row (per round) or the ``runs`` row (at
     the end): validation metrics and cumulative bytes only, never a test metric."""
     saving = row["cum_saving_restricted"]
+    t = row.get("round", row.get("rounds_completed")) or 0
     return {
-        "round": row.get("round", row.get("rounds_completed")),
+        "round": t,
+        # the latest validated accuracy and the round it was measured at (the schedulers' time
+        # axis, so their rungs fall on evaluation rounds); 0.0 only for a run that never
+        # validated (it diverged in round 1), whose objective is the penalty anyway
         "val_acc": val_acc if val_acc is not None else 0.0,
+        "val_round": last_evaluation_round(spec, t),
         "cum_up_restricted": row["cum_up_restricted"],
         "cum_up_measured": row["cum_up_measured"],
         "cum_down_measured": row["cum_down_measured"],
@@ -70,28 +75,44 @@ def trial_metrics(
     }
 
 
+def last_evaluation_round(spec: SweepSpec, t: int) -> int:
+    """The last round ≤ t whose validation a run has: 1, multiples of ``fl.eval_every``, T."""
+    fl = spec.run_config().fl
+    if t <= 0:
+        return 0
+    if t >= fl.rounds:
+        return fl.rounds
+    return max(1, t // fl.eval_every * fl.eval_every)
+
+
 class TuneReporter(Observer):
     """Reports each round of a trial to Tune (validation metrics and bytes, never a test
     metric), with the run's state as a Tune checkpoint on checkpoint rounds."""
 
     def __init__(self, spec: SweepSpec, run_id: str, reference_val: float | None):
         self.spec, self.run_id, self.reference_val = spec, run_id, reference_val
+        self.rounds = spec.run_config().fl.rounds
 
     def on_round(self, rec: RoundDone) -> None:
         from ray import tune
 
-        if not rec.live:
-            return
+        if not rec.live or rec.round >= self.rounds:
+            return  # the last round is reported once, with the runs row, when the run ends
         last = rec.last_val[0] if rec.last_val else None
         metrics = trial_metrics(
             self.spec, rec.row, last, self.reference_val, self.run_id, "running"
         )
-        if rec.checkpoint is None:
-            tune.report(metrics)
-            return
-        with tempfile.TemporaryDirectory() as d:
-            (Path(d) / STATE_FILE).write_bytes(rec.checkpoint)
-            tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+        try:
+            if rec.checkpoint is None:
+                tune.report(metrics)
+                return
+            with tempfile.TemporaryDirectory() as d:
+                (Path(d) / STATE_FILE).write_bytes(rec.checkpoint)
+                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
+        except SystemExit:
+            # Tune ends a trial its scheduler stopped by exiting the trial's thread at its next
+            # report; the run ends here instead, with its rows so far and status "stopped"
+            raise StopRun from None
 
 
 def trial_backend(spec: SweepSpec, cfg, name: str):
@@ -160,6 +181,10 @@ def trial_main(
         progress=(lambda m: print(m, flush=True)) if verbose >= 2 else None,
     )
     row = summary.row
+    if summary.status == "stopped":
+        # the run is recorded; end the trial's thread the way Tune asked (it takes no further
+        # report: a return would make Tune wait for one)
+        raise SystemExit(0)
     tune.report(
         trial_metrics(spec, row, row["final_val_acc"], reference_val, cfg.run_id, summary.status)
     )

@@ -1,0 +1,106 @@
+"""Trial schedulers over FL rounds: ASHA stops weak trials on evaluation rounds, and a stopped
+trial's rows are a prefix, bit for bit, of the same configuration's full run."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pandas as pd
+import pytest
+import ray
+
+from reuse_ray.config import ConfigError
+from reuse_ray.engine import run_fl
+from reuse_ray.results import TIMING_COLUMNS, read_table
+from reuse_ray.tuning import parse_sweep, run_sweep
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+
+BASE = {
+    "seed": 5,
+    "data": {"name": "digits"},
+    "model": {"name": "cnn", "hidden": 16},
+    "train": {"epochs": 1, "batch_size": 32},
+    "fl": {"num_clients": 10, "clients_per_round": 4, "rounds": 6, "eval_every": 1},
+    "method": {"name": "fedavg", "topk_ratio": 0.2},
+}
+# two good learning rates first (they set the bar at each rung), then four that barely move
+LRS = [0.1, 0.08, 1e-5, 2e-5, 3e-5, 4e-5]
+
+
+def sweep(tmp_path, **search) -> dict:
+    return {
+        "name": "asha",
+        "base": copy.deepcopy(BASE),
+        "search": {"searcher": "grid", "grid": {"train.lr": LRS}, "num_samples": 1, **search},
+        "trial": {"backend": "local", "cpus": 1},
+        "results_dir": str(tmp_path / "sweep"),
+        "checkpoint_every": 2,
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def ray_runtime():
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("search", "field", "fragment"),
+    [
+        ({"scheduler": "median"}, "search.scheduler", "none, asha, hyperband"),
+        ({"scheduler": "asha", "grace_period": 0}, "search.grace_period", "> 0"),
+        ({"scheduler": "asha", "grace_period": 7}, "search.grace_period", "1 to 6"),
+        ({"scheduler": "asha", "reduction_factor": 1}, "search.reduction_factor", "≥ 2"),
+        ({"scheduler": "asha", "objective": "pareto"}, "search.scheduler", "pareto"),
+    ],
+)
+def test_bad_scheduler_settings_name_the_field(tmp_path, search, field, fragment):
+    with pytest.raises(ConfigError) as exc:
+        parse_sweep(sweep(tmp_path, **search))
+    assert exc.value.field == field and fragment in str(exc.value)
+
+
+def _metrics(df: pd.DataFrame) -> pd.DataFrame:
+    keep = [c for c in df.columns if c not in TIMING_COLUMNS and c != "run_id"]
+    return df[keep].sort_values([c for c in ("round", "client_id") if c in keep])
+
+
+def test_asha_stops_weak_trials_and_their_rows_are_prefixes_of_full_runs(tmp_path):
+    lines: list[str] = []
+    spec = parse_sweep(sweep(tmp_path, scheduler="asha", grace_period=1, reduction_factor=2))
+    run_sweep(spec, say=lines.append)
+    trials = read_table(spec.results_dir, "trials")
+    runs = read_table(spec.results_dir, "runs").set_index("run_id")
+    stopped = trials[trials["status"] == "stopped"]
+    assert len(stopped) >= 1, trials[["status", "round_reached", "params_json"]]
+    assert (stopped["round_reached"] < 6).all() and not stopped["selected"].any()
+    done = trials[trials["status"] == "finished"]
+    assert len(done) >= 1 and (done["round_reached"] == 6).all()
+    best = json.loads(trials[trials["selected"]].iloc[0]["params_json"])
+    assert best["train.lr"] in (0.1, 0.08)  # a finished trial, never a stopped one
+    assert any("stopped by the scheduler" in line for line in lines)
+    assert (runs.loc[stopped["run_id"], "test_reads"] == 0).all()
+    rounds = read_table(spec.results_dir, "rounds")
+    events = read_table(spec.results_dir, "client_events")
+    for _, trial in stopped.iterrows():
+        # the same configuration run to the end, alone: the stopped trial's rows are its prefix
+        cfg = spec.run_config(json.loads(trial["params_json"]))
+        cfg = cfg.replace(results_dir=str(tmp_path / "full" / trial["run_id"]))
+        cfg = cfg.replace(engine=cfg.engine.__class__(backend="local"))
+        assert cfg.run_id == trial["run_id"]
+        run_fl(cfg)
+        reached = int(trial["round_reached"])
+        assert runs.loc[trial["run_id"], "rounds_completed"] == reached
+        for name, table in (("rounds", rounds), ("client_events", events)):
+            full = read_table(cfg.results_dir, name)
+            mine = table[table["run_id"] == trial["run_id"]]
+            assert sorted(mine["round"].unique()) == list(range(1, reached + 1))
+            want = full[full["round"] <= reached]
+            pd.testing.assert_frame_equal(
+                _metrics(mine).reset_index(drop=True),
+                _metrics(want).reset_index(drop=True),
+                check_exact=True,
+            )
