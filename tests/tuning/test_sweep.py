@@ -209,7 +209,7 @@ def _tune_state(root):
 
 
 def test_resume_reads_tune_state_only_when_this_user_alone_could_have_written_it(tmp_path):
-    from reuse_ray.tuning.sweep import check_tune_state_is_yours
+    from reuse_ray.tuning.launch import check_tune_state_is_yours
 
     exp = _tune_state(tmp_path / "ok")
     check_tune_state_is_yours(str(exp))  # owned by this user, writable by nobody else
@@ -425,7 +425,7 @@ def test_the_quiet_console_silences_tunes_snapshot_warning_unless_the_user_set_i
     console sets the threshold Tune's checkpoint manager reads to 0, keeping a user's own."""
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 
-    from reuse_ray.tuning.sweep import quiet_tune
+    from reuse_ray.tuning.launch import quiet_tune
 
     name = "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S"
     # set first, so monkeypatch restores both variables as they were before the test
