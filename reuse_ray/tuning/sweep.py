@@ -342,10 +342,14 @@ def run_sweep(
         )
     final_runs = None
     if spec.final is not None and selected:
-        points = []
+        # the selected configurations on every seed first, the references after: Tune starts
+        # grid points in order, so a long sweep finishes its answer before its controls
+        points = [
+            dict(params, seed=seed, label=f"selected-{j}")
+            for seed in spec.final.seeds
+            for j, params in enumerate(selected)
+        ]
         for seed in spec.final.seeds:
-            for j, params in enumerate(selected):
-                points.append(dict(params, seed=seed, label=f"selected-{j}"))
             for ref in spec.final.compare:
                 fields = {k: v for k, v in ref.items() if k != "seeds"}
                 if seed in ref.get("seeds", spec.final.seeds):
