@@ -15,6 +15,12 @@ from . import plots, tables
 from .load import AnalysisError, Results, load
 
 
+def report_line(md_path: str) -> str:
+    """The console's line for a written report: the HTML page first, the page to open."""
+    html = md_path[: -len(".md")] + ".html" if md_path.endswith(".md") else md_path
+    return f"report: {html}  (open it in a browser; report.md and the PNG figures beside it)"
+
+
 def write_report(
     locations,
     out: str | Path | None = None,

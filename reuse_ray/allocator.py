@@ -24,7 +24,7 @@ def retain_freed_memory() -> bool:
     of the CPU in the kernel, against 4,000 and 1.2 % with the memory kept
     (``benchmarks/engine_overhead.py``, arms ``ray`` and ``ray-malloc-default``). The round
     time gained 13–20 % in three interleaved pairs of runs, 10 % in another run and nothing
-    in a third (the README's performance section); peak PSS grows by about 0.06 GB. Raising
+    in a third (docs/performance.md); peak PSS grows by about 0.06 GB. Raising
     both thresholds keeps the memory; the numbers computed do not change. No-op off glibc, or
     when ``$REUSE_RAY_MALLOC`` is ``default``; returns whether it applied."""
     if os.environ.get("REUSE_RAY_MALLOC") == "default" or platform.libc_ver()[0] != "glibc":

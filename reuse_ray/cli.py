@@ -128,6 +128,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def _report(args: argparse.Namespace) -> int:
     from analysis import write_report
+    from analysis.report import report_line
 
     args.results = [_newest_sweep(loc) for loc in args.results]
     if args.leaderboard:
@@ -147,7 +148,7 @@ def _report(args: argparse.Namespace) -> int:
         _print(markdown(leaderboard(final, args.round, refs), digits=3))
         return 0
     path = write_report(args.results, args.out, args.round, args.reference, args.target)
-    _print(f"report: {path} (and report.html, PNG figures beside it)")
+    _print(report_line(path))
     return 0
 
 
@@ -206,7 +207,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="reuse-ray", description=__doc__.splitlines()[0])
+    p = _Parser(
+        prog="reuse-ray",
+        description="Federated-learning runs and sweeps on Ray, for research on reusing cached\n"
+        "or stale client updates (also: python -m reuse_ray).",
+        epilog="examples:\n"
+        "  reuse-ray sweep sweeps/quickstart.yaml\n"
+        "  reuse-ray run configs/dg_paper.yaml --set fl.rounds=30 --backend local\n"
+        "  reuse-ray report ~/reuse_ray_results/sweeps/quickstart\n"
+        "  reuse-ray fetch fashionmnist",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks of user errors too")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     r = sub.add_parser("run", help="run one FL run from a config (or a sweep file's base block)")
@@ -254,7 +265,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sw.set_defaults(func=cmd_sweep)
     rp = sub.add_parser("report", help="tables, paired statistics and plots from Parquet results")
-    rp.add_argument("results", nargs="+", help="results directories (local paths or URIs)")
+    rp.add_argument(
+        "results",
+        nargs="+",
+        help="results folders (local paths or URIs); a folder of dated sweeps (a sweep's "
+        "results_dir) reports the newest of them",
+    )
     rp.add_argument("--out", help="output folder (default: RESULTS/report)")
     rp.add_argument("--round", type=int, help="fixed budget T (default: last common round)")
     rp.add_argument("--reference", help="arm the paired differences are taken against")
@@ -265,7 +281,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the per-arm leaderboard as a Markdown table (final stage runs)",
     )
     rp.set_defaults(func=cmd_report)
-    f = sub.add_parser("fetch", help="download a dataset into the data root (needs internet)")
+    f = sub.add_parser(
+        "fetch",
+        help="say where a dataset's files are, or download them into the data root where "
+        "internet is available",
+    )
     f.add_argument("dataset")
     f.add_argument("--root", default=None)
     f.add_argument("--image-size", type=int, default=28)

@@ -382,6 +382,19 @@ def test_python_dash_m_is_the_cli():
         [sys.executable, "-m", "reuse_ray", "--help"], capture_output=True, text=True, timeout=60
     )
     assert out.returncode == 0 and "run" in out.stdout and "sweep" in out.stdout
+    assert "``" not in out.stdout  # plain text, not the module docstring's markup
+
+
+def test_help_is_plain_text_and_report_says_it_takes_the_newest(capsys):
+    from reuse_ray.cli import build_parser
+
+    for argv in (["--help"], ["report", "--help"], ["fetch", "--help"]):
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(argv)
+        text = capsys.readouterr().out
+        assert "``" not in text and "usage: reuse-ray" in text
+        if argv[0] == "report":
+            assert "newest" in " ".join(text.split())
 
 
 def test_a_report_that_leaves_runs_out_says_so_in_one_note_line(tmp_path, done, capsys):

@@ -62,3 +62,16 @@ def test_no_package_file_is_over_450_lines():
     sizes = {str(p.relative_to(ROOT)): len(p.read_text().splitlines()) for p in _package_files()}
     long = {name: n for name, n in sizes.items() if n > 450}
     assert not long, long
+
+
+def test_the_readme_is_a_guide_of_at_most_350_lines():
+    """The README is the short guide; measurements and the reference live in docs/, and every
+    docs/ page the README links exists."""
+    import re
+
+    text = (ROOT / "README.md").read_text()
+    assert len(text.splitlines()) <= 350
+    for link in set(re.findall(r"\]\((docs/[^)#]+)", text)):
+        assert (ROOT / link).is_file(), link
+    for page in ("docs/performance.md", "docs/design.md", "docs/methods.md", "docs/guide.md"):
+        assert page in text

@@ -144,7 +144,7 @@ def check_tune_state_is_yours(path: str) -> None:
     every entry of the experiment folder must be owned by this user, writable by nobody else
     and not a symbolic link (the checks ssh makes of its keys); one that is not is named in one
     line and nothing is read. Object stores carry no owner, so there the rule stays the user's:
-    resume only roots you or your cluster wrote (README)."""
+    resume only roots you or your cluster wrote (docs/guide.md, "Running one FL run")."""
     import stat
 
     me = os.getuid()

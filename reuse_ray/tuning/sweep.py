@@ -392,11 +392,12 @@ def report_at_end(location: str, say) -> None:
         import warnings
 
         from analysis import write_report
+        from analysis.report import report_line
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             report = write_report(location)
-        say(f"report: {report}")
+        say(report_line(report))
     except Exception as err:  # noqa: BLE001 - the results stay; only the report is missing
         say(
             f"report: not written ({type(err).__name__}: {err}); run reuse-ray report "

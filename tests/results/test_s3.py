@@ -143,7 +143,7 @@ def test_a_quickstart_sweep_round_trips_through_s3(s3, tmp_path, monkeypatch):
         timeout=300,
     )
     assert cli.returncode == 0, cli.stderr
-    assert "report: s3://bucket/qs/report/report.md" in cli.stdout
+    assert "report: s3://bucket/qs/report/report.html" in cli.stdout
     html = fs.open_input_stream("bucket/qs/report/report.html").read().decode()
     assert "Fixed-budget comparison" in html
 
