@@ -407,3 +407,23 @@ def test_a_report_that_leaves_runs_out_says_so_in_one_note_line(tmp_path, done, 
         "note: excluded 1 unfinished runs {'failed': 1} (the report compares finished runs only)"
     ]
     assert "Warning" not in out.err
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_cluster_that_does_not_answer_leaves_no_results_folder(
+    command, tmp_path, capsys, monkeypatch
+):
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("REUSE_RAY_CONNECT_TIMEOUT", "5")
+    make = run_args if command == "run" else (lambda *a: sweep_file(SWEEP))
+    args = make("--backend", "ray")(tmp_path) if command == "run" else make()(tmp_path)
+    args += ["--address", f"127.0.0.1:{port}"]
+    assert main(args) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and f"127.0.0.1:{port}" in err[0], err
+    assert not (tmp_path / "res").exists()  # nothing created before the run could start

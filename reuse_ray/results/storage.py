@@ -190,9 +190,19 @@ class Storage:
         if self.is_file(rel):
             self.fs.delete_file(self.path(rel))
 
-    def check_writable(self, what: str = "results_dir") -> None:
-        """Write and remove a hidden probe file: one line naming the location when it fails."""
+    def check_writable(self, what: str = "results_dir", keep: bool = False) -> None:
+        """Write and remove a hidden probe file: one line naming the location when it fails.
+        Folders the probe had to create are removed again (unless ``keep``: a sweep's dated
+        folder, claimed once its cluster answers), so a run that stops before it starts (a
+        cluster that does not answer) leaves no empty results folder behind."""
         probe = f".write-check-{os.getpid()}"
+        local = self.local_path
+        missing: list[Path] = []
+        if local is not None and not keep:
+            folder = Path(local)
+            while not folder.exists() and folder != folder.parent:
+                missing.append(folder)
+                folder = folder.parent
         try:
             self.write_bytes(probe, b"")
             self.delete(probe)
@@ -203,6 +213,12 @@ class Storage:
                 "writable folder or bucket (--results); S3 credentials come from "
                 "the AWS_* variables"
             ) from None
+        finally:
+            for folder in missing:  # deepest first; only the empty ones this probe made
+                try:
+                    folder.rmdir()
+                except OSError:
+                    break
 
 
 STAMP = re.compile(r"^\d{8}-\d{6}(-\d+)?$")

@@ -126,23 +126,30 @@ def run_study(
     from .launch import derive_concurrency, launch
     from .sweep import report_at_end, sweep_folder
 
+    # connect first: a cluster that does not answer leaves no (dated) folder behind
+    ensure_ray(address)
     spec = sweep_folder(spec, resume, what="study")
     store = Storage.of(spec.results_dir)
     where = display(spec.results_dir)
     say(f"results root: {where}")
-    store.check_writable()
     old = read_metadata(spec.results_dir)
     if old is not None and not resume:
         raise UserError(
             f"study {spec.name!r} already has results in {where}; pass --resume to "
             "continue it, or --results DIR for a new one"
         )
+    if old is None and resume:
+        raise UserError(
+            f"--resume: nothing to resume in {where} (no study {spec.name!r} was started "
+            "there) — run it without --resume to start one there, or give the folder of the "
+            "interrupted study with --results"
+        )
+    store.check_writable(keep=True)
     started = (old or {}).get("started_at") or _now()
     t0 = time.perf_counter() - float((old or {}).get("wall_s") or 0.0)
     store.write_bytes(
         STUDY_FILE, json.dumps(_metadata(spec, started, None, "running"), indent=2).encode()
     )
-    ensure_ray(address)
     import optuna
     import ray
 

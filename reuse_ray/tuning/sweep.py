@@ -237,12 +237,12 @@ def run_sweep(
     trial's per-round lines."""
     from ..distributed import ensure_ray
 
+    # connect first: a cluster that does not answer leaves no (dated) folder behind
+    ensure_ray((spec.base.get("engine") or {}).get("ray_address"))
     spec = sweep_folder(spec, resume or final_only)
     store = Storage.of(spec.results_dir)
     where = display(spec.results_dir)
     say(f"results root: {where}")
-    store.check_writable()
-    ensure_ray((spec.base.get("engine") or {}).get("ray_address"))
     import ray
 
     resources = ray.cluster_resources()
@@ -257,6 +257,14 @@ def run_sweep(
             f"sweep {spec.name!r} already has results in {where}; pass --resume to continue "
             "it, or --results DIR for a new one"
         )
+    if resume and not started:
+        raise UserError(
+            f"--resume: nothing to resume in {where} (no sweep {spec.name!r} was started "
+            "there) — run it without --resume to start one there, or give the folder of the "
+            "interrupted sweep with --results"
+        )
+    store.check_writable(keep=True)
+
     say(
         f"sweep {spec.name}: {spec.search.searcher} over "
         f"{spec.search.space or list(spec.search.grid)} ({spec.search.objective}), "

@@ -112,6 +112,13 @@ def test_the_small_study_end_to_end(tmp_path):
 
         said: list[str] = []
         final = run_study(spec, say=said.append)
+        # --resume where no study was started: one line, nothing run, no folder made
+        from reuse_ray.errors import UserError
+
+        empty = load_study(STUDY, [f"results_dir={tmp_path / 'none'}"], scale="small")
+        with pytest.raises(UserError, match="nothing to resume in .*no study 'study'"):
+            run_study(empty, resume=True, say=said.append)
+        assert not (tmp_path / "none").exists()
     finally:
         ray.shutdown()
     runs = read_table(out, "runs")

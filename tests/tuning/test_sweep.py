@@ -386,6 +386,15 @@ def test_resume_without_an_earlier_dated_sweep_is_one_clear_error(tmp_path, monk
         sweep_folder(parse_sweep(raw), resume=True)
 
 
+def test_resume_with_nothing_to_resume_at_the_folder_says_so_and_starts_nothing(tmp_path):
+    from reuse_ray.errors import UserError
+
+    raw = sweep(tmp_path)
+    with pytest.raises(UserError, match="nothing to resume in .*run it without --resume"):
+        run_sweep(parse_sweep(raw), resume=True, say=lambda m: None)
+    assert not (tmp_path / "sweep").exists()  # no trial ran, no folder was made
+
+
 def test_a_sweep_whose_every_trial_fails_writes_its_trials_and_says_why(tmp_path, capsys):
     from reuse_ray.errors import UserError
 
