@@ -15,9 +15,10 @@ from . import plots, tables
 from .load import AnalysisError, Results, load
 
 
-def report_line(md_path: str) -> str:
+def report_line(md_path) -> str:
     """The console's line for a written report: the HTML page first, the page to open."""
-    html = md_path[: -len(".md")] + ".html" if md_path.endswith(".md") else md_path
+    md = str(md_path)
+    html = md[: -len(".md")] + ".html" if md.endswith(".md") else md
     return f"report: {html}  (open it in a browser; report.md and the PNG figures beside it)"
 
 

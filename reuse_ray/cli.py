@@ -307,6 +307,8 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             traceback.print_exc()
         print(f"reuse-ray: {err}", file=sys.stderr)
+        if getattr(err, "frames", "") and not debug:  # the user's own code raised it
+            print(err.frames, file=sys.stderr)
         return 2
     except Terminated as err:
         print(

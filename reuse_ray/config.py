@@ -189,7 +189,13 @@ class MethodConfig:
 
         check_range("topk_ratio", self.topk_ratio, 0.0, 1.0, lo_open=True)
         if self.module is not None:
-            load_method_module(self.module)
+            names = load_method_module(self.module)
+            if self.name not in names:
+                raise ConfigError(
+                    "name",
+                    f"{self.name!r} is not registered by method.module {self.module!r}, which "
+                    f"registers {', '.join(names)}",
+                )
         try:
             spec = get_method(self.name)
         except KeyError as err:

@@ -14,6 +14,16 @@ class UserError(ValueError):
     """A mistake in what the user gave; its message says what and what is allowed."""
 
 
+class UserCodeError(UserError):
+    """An exception raised by the user's own code (a ``method.module`` file): the message names
+    the file and line, ``frames`` holds the user's own traceback frames, which the command line
+    shows under it (the package's frames only with ``--debug``)."""
+
+    def __init__(self, message: str, frames: str = ""):
+        super().__init__(message)
+        self.frames = frames
+
+
 class Terminated(KeyboardInterrupt):
     """SIGTERM (``ray job stop``, a scheduler's preemption, ``kill``), raised where Ctrl-C
     would be: a run's ``finally`` records what it finished and marks it failed, a sweep stops

@@ -8,6 +8,7 @@ The first block is the inputs a new user tried; the second, more of our own.
 from __future__ import annotations
 
 from contextlib import nullcontext
+from pathlib import Path
 
 import pytest
 import yaml
@@ -87,6 +88,11 @@ def run_file(content):
 
 def sweep_file(content):
     return lambda tmp: ["sweep", _file(tmp, "s.yaml", content), "--results", str(tmp / "res")]
+
+
+def run_module(source):
+    """``run`` of the valid config with ``method.module`` a user's file holding ``source``."""
+    return lambda tmp: run_set(f"method.module={_file(tmp, 'mine.py', source)}")(tmp)
 
 
 def run_set(*items):
@@ -215,6 +221,13 @@ OWN = [  # more of our own
     ("unknown-method", run_set("method.name=fedfoo"), "unknown method 'fedfoo'"),
     ("module-missing", run_set("method.module=nowhere/x.py"), "method.module"),
     ("module-unimportable", run_set("method.module=no_such_pkg.mod"), "cannot import"),
+    ("module-syntax", run_module("x = 1\ndef f(:\n    pass\n"), "mine.py, line 2: syntax error"),
+    ("module-registers-nothing", run_module("X = 1\n"), "registers no method"),
+    (
+        "module-other-name",
+        run_module(Path(__file__).parents[1].joinpath("examples/my_method.py").read_text()),
+        "'fedavg' is not registered by method.module",
+    ),
     ("unknown-dataset", run_set("data.name=imagenet"), "'data.name'"),
     ("unknown-partition", run_set("partition.kind=zipf"), "'partition.kind'"),
     ("momentum-1", run_set("train.momentum=1.0"), "'train.momentum'"),
@@ -427,3 +440,16 @@ def test_a_cluster_that_does_not_answer_leaves_no_results_folder(
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and f"127.0.0.1:{port}" in err[0], err
     assert not (tmp_path / "res").exists()  # nothing created before the run could start
+
+
+def test_an_exception_in_the_users_method_file_is_their_error_with_their_frames(tmp_path, capsys):
+    source = "def helper():\n    return 1 / 0\n\n\nhelper()\n"
+    assert main(run_module(source)(tmp_path)) == 2
+    err = capsys.readouterr().err
+    first, *frames = err.splitlines()
+    mine = str(tmp_path / "mine.py")
+    assert first.startswith("reuse-ray: method.module") and "ZeroDivisionError" in first
+    assert f"({mine}, line 2)" in first  # the line that raised
+    assert f'File "{mine}", line 5' in err and f'File "{mine}", line 2' in err
+    assert "bug in reuse_ray" not in err and "Traceback" not in err
+    assert not any("reuse_ray/" in ln for ln in frames)  # the user's frames only

@@ -10,9 +10,11 @@ its name is looked up (see ``examples/my_method.py``).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import sys
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -93,6 +95,11 @@ def load_module(ref: str) -> str:
         if not path.is_file():
             raise FileNotFoundError(f"method.module: no file {ref}")
         name = f"{FILE_MODULE_PREFIX}{path.stem}"
+        held = sys.modules.get(name)
+        if held is not None and getattr(held, "__file__", None) != str(path):
+            # another file of the same name is loaded: this one gets a name of its own
+            digest = hashlib.sha256(str(path).encode()).hexdigest()[:10]
+            name = f"{name}_{digest}"
         if name not in sys.modules:
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
@@ -107,17 +114,53 @@ def load_module(ref: str) -> str:
     return ref
 
 
-def load_method_module(ref: str) -> None:
-    """:func:`load_module` for a config's ``method.module``: a missing file or an import that
-    fails is a :class:`~reuse_ray.checks.ConfigError` naming the field."""
+def load_method_module(ref: str) -> tuple[str, ...]:
+    """:func:`load_module` for a config's ``method.module``; returns the names of the methods it
+    registers. A missing file, a module that cannot be found and a module that registers no
+    method are a :class:`~reuse_ray.checks.ConfigError` naming the field; a syntax error or an
+    exception in the user's own code is a :class:`~reuse_ray.errors.UserCodeError` naming the
+    file and line, with the user's frames (it is the user's error, not a bug of reuse_ray)."""
     from ..checks import ConfigError
 
     try:
-        load_module(ref)
+        name = load_module(ref)
     except FileNotFoundError as err:
         raise ConfigError("module", str(err).split(": ", 1)[-1]) from None
-    except ImportError as err:
-        raise ConfigError("module", f"cannot import {ref!r}: {err}") from None
+    except SyntaxError as err:
+        where = f"{err.filename}, line {err.lineno}"
+        raise ConfigError("module", f"{where}: syntax error: {err.msg}") from None
+    except Exception as err:  # noqa: BLE001 - the user's code raised: say where, not "a bug"
+        frames = _user_frames(err)
+        if not frames:  # nothing of the user's ran: the module itself is not there
+            raise ConfigError("module", f"cannot import {ref!r}: {err}") from None
+        last = frames[-1]
+        from ..errors import UserCodeError
+
+        shown = "".join(traceback.format_list(frames)).rstrip()
+        raise UserCodeError(
+            f"method.module {ref!r} raised {type(err).__name__}: {err} "
+            f"({last.filename}, line {last.lineno}); your code's frames follow",
+            shown,
+        ) from None
+    names = tuple(
+        s.name for s in _REGISTRY.values() if s.module == name or s.module.startswith(name + ".")
+    )
+    if not names:
+        raise ConfigError(
+            "module",
+            f"{ref!r} registers no method — decorate its builder with "
+            "@register('<name>', ...) from reuse_ray.algorithms (see examples/my_method.py)",
+        )
+    return names
+
+
+def _user_frames(err: BaseException) -> list[traceback.FrameSummary]:
+    """The frames of ``err``'s traceback in the user's code: neither reuse_ray's nor the
+    standard library's (the import machinery)."""
+    import sysconfig
+
+    ours = (str(Path(__file__).resolve().parents[1]), sysconfig.get_paths()["stdlib"], "<frozen ")
+    return [f for f in traceback.extract_tb(err.__traceback__) if not f.filename.startswith(ours)]
 
 
 def _ordered() -> list[MethodSpec]:
