@@ -83,3 +83,45 @@ def test_only_package_dataclasses_are_rebuilt_and_the_version_is_checked():
         checkpoint.loads(_doc(not_dc))
     with pytest.raises(checkpoint.CheckpointError, match="this version reads"):
         checkpoint.loads(_doc(None, fmt="reuse_ray.checkpoint/0"))
+
+
+class _Marker:
+    """Unpickling this touches a file: the proof that something was unpickled."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_resume_reads_every_trials_newest_checkpoint_first_and_names_a_bad_one(tmp_path):
+    from reuse_ray.errors import UserError
+    from reuse_ray.tuning.launch import check_trial_checkpoints
+
+    exp = tmp_path / "_tune" / "s-search"
+    good = checkpoint.dumps({"round": 4, "w": torch.arange(3.0)})
+
+    def put(trial: str, point: str, blob: bytes | None) -> None:
+        (exp / trial / point).mkdir(parents=True, exist_ok=True)
+        if blob is not None:
+            (exp / trial / point / "run_state.pt").write_bytes(blob)
+
+    put("trial-a", "checkpoint_000000", b"garbage of an older point, never read")
+    put("trial-a", "checkpoint_000001", good)
+    put("trial-b", "checkpoint_000000", good)
+    (exp / "trial-c").mkdir()  # a trial that never checkpointed
+    assert check_trial_checkpoints(str(tmp_path), "s-search") == 2
+    assert check_trial_checkpoints(str(tmp_path), "s-final") == 0  # not started
+
+    put("trial-b", "checkpoint_000001", good[: len(good) // 2])  # truncated
+    with pytest.raises(UserError, match=r"trial-b/checkpoint_000001/run_state\.pt: not a reuse"):
+        check_trial_checkpoints(str(tmp_path), "s-search")
+    marker = tmp_path / "unpickled"
+    put("trial-b", "checkpoint_000001", pickle.dumps(_Marker(str(marker))))  # foreign
+    with pytest.raises(UserError, match=r"trial-b/checkpoint_000001/run_state\.pt") as err:
+        check_trial_checkpoints(str(tmp_path), "s-search")
+    assert not marker.exists() and "\n" not in str(err.value)
+    (exp / "trial-b" / "checkpoint_000001" / "run_state.pt").unlink()
+    with pytest.raises(UserError, match=r"checkpoint_000001/run_state\.pt is missing"):
+        check_trial_checkpoints(str(tmp_path), "s-search")

@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from ..errors import UserError
-from ..results.storage import Storage
+from ..results.storage import Storage, join
 from .spec import SweepSpec
 from .trainable import trial_main
 
@@ -82,6 +82,7 @@ def launch(
     if resume and tune.Tuner.can_restore(path, storage_filesystem=fs):
         if fs is None:  # a local or mounted folder: its owner and modes say who wrote it
             check_tune_state_is_yours(path)
+        check_trial_checkpoints(spec.results_dir, name)
         tuner = tune.Tuner.restore(
             path,
             trainable=trainable,
@@ -172,6 +173,49 @@ def check_tune_state_is_yours(path: str) -> None:
         check(top)
         for name in files + [d for d in dirs if os.path.islink(os.path.join(top, d))]:
             check(os.path.join(top, name))
+
+
+def check_trial_checkpoints(results_dir: str, experiment: str) -> int:
+    """Before a resume hands the experiment to Tune, read the newest checkpoint of every trial
+    (``_tune/<experiment>/<trial>/checkpoint_N/run_state.pt``) the way a resumed trial will:
+    data only (:func:`reuse_ray.checkpoint.loads`, nothing unpickled). One that is missing,
+    truncated, foreign or of another version is named in one line, before any trial starts,
+    instead of failing every trial that restores from it; returns how many were read."""
+    import pyarrow.fs as pafs
+
+    from ..checkpoint import CheckpointError, loads
+    from .trainable import STATE_FILE
+
+    store = Storage.of(results_dir)
+    top = ("_tune", experiment)
+    if not store.is_dir(*top):
+        return 0
+    read = 0
+    for trial in store.listdir(*top):
+        if trial.type != pafs.FileType.Directory:
+            continue
+        points = [
+            c.base_name
+            for c in store.listdir(*top, trial.base_name)
+            if c.type == pafs.FileType.Directory and c.base_name.startswith("checkpoint_")
+        ]
+        if not points:
+            continue
+        newest = max(points)
+        rel = "/".join([*top, trial.base_name, newest, STATE_FILE])
+        where = join(results_dir, rel)
+        hint = (
+            "move that trial's folder away to rerun the trial from round 1, or run the sweep "
+            "into a fresh --results"
+        )
+        if not store.is_file(rel):
+            raise UserError(f"sweep --resume: {where} is missing — {hint}")
+        try:
+            loads(store.read_bytes(rel))
+        except CheckpointError as err:
+            raise UserError(f"sweep --resume: {where}: {err} — {hint}") from None
+        read += 1
+    return read
 
 
 def tune_storage(results_dir: str):
