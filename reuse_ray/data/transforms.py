@@ -25,8 +25,12 @@ def normalize(t: torch.Tensor, info: DatasetInfo) -> torch.Tensor:
     """Stored values (any dtype, any device) -> normalised float32, on ``t``'s device.
 
     Elementwise (scale, subtract, divide) in float32, so the host and an accelerator give the
-    same bits."""
-    t = t.to(torch.float32)
+    same bits. The result has the standard (N, C, H, W) strides whatever the stored array's:
+    a one-channel array transposed from (N, H, W, 1) counts as contiguous with strides
+    (HW, 1, W, 1), which a convolution may read through another kernel than the same values
+    with strides (HW, HW, W, 1) after a trip through the object store (the last bits of the
+    test loss then differed between the engines)."""
+    t = t.to(torch.float32, memory_format=torch.contiguous_format)
     if info.scale != 1.0:
         t = t * info.scale
     mean = torch.tensor(info.mean, dtype=torch.float32, device=t.device).view(1, -1, 1, 1)
