@@ -68,7 +68,7 @@ def pareto_arms(points: pd.DataFrame, out: Path) -> Path | None:
         ax.scatter(p["total_MB"], p["acc"], c="0.5", s=22)
         for _, r in p.iterrows():
             ax.annotate(
-                str(r["arm"])[:24],
+                _wrap(str(r["arm"]), 28),
                 (r["total_MB"], r["acc"]),
                 fontsize=7,
                 xytext=(3, 3),
@@ -128,7 +128,7 @@ def _legend(ax) -> None:
     """The legend below the axes, where it covers no curve; labels kept short."""
     handles, labels = ax.get_legend_handles_labels()
     if handles:
-        labels = [lb if len(lb) <= 70 else lb[:67] + "..." for lb in labels]
+        labels = [_wrap(lb) for lb in labels]
         ax.legend(
             handles,
             labels,
@@ -140,9 +140,19 @@ def _legend(ax) -> None:
         )
 
 
+def _wrap(label: str, width: int = 70) -> str:
+    """A legend label on as many lines as it needs, broken after a comma or at a space, never
+    inside a number (``dg.tau_min=0.81``)."""
+    import textwrap
+
+    return "\n".join(
+        textwrap.wrap(label.replace(",", ", "), width, break_long_words=False)
+    ).replace(", ", ",")
+
+
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120, bbox_inches="tight")
+    fig.savefig(path, dpi=150, bbox_inches="tight")
     plt.close(fig)
     return path
 
@@ -153,7 +163,7 @@ def firing_rate(rates: pd.DataFrame, out: Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(6.4, 4.2))
     for arm, g in rates.groupby("arm"):
-        ax.plot(g["round"], g["firing_rate"], marker=".", label=str(arm)[:60])
+        ax.plot(g["round"], g["firing_rate"], marker=".", label=str(arm))
     ax.set_xlabel("round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("gate firing rate (fraction of gated events)")

@@ -151,29 +151,48 @@ def _write(
         if p is not None:
             md.append(f"![{p.stem}]({p.name})\n")
     if len(res_all.trials):
-        t = res_all.trials
-        md += [
-            "## Search trials\n",
-            tables.markdown(
-                t[
-                    [
-                        "trial_id",
-                        "status",
-                        "val_acc",
-                        "cum_saving_restricted",
-                        "objective_value",
-                        "on_pareto_front",
-                        "selected",
-                        "params_json",
-                    ]
-                ]
-            ),
-        ]
+        md += ["## Search trials\n", *search_section(res_all.trials)]
     text = "\n".join(md)
     path = out / "report.md"
     path.write_text(text)
     (out / "report.html").write_text(_html(text, out))
     return path
+
+
+def search_section(trials: pd.DataFrame) -> list[str]:
+    """The report's search trials: a line counting them by status (trials a scheduler stopped
+    early named as such, with the round each reached), then the table, stopped trials marked
+    and each configuration's parameters as one unwrapped line of code."""
+    t = trials.copy()
+    counts = t["status"].value_counts()
+    said = ", ".join(f"{n} {status}" for status, n in counts.items())
+    lines = [f"{len(t)} trials: {said}."]
+    stopped = t["status"].eq("stopped")
+    if stopped.any():
+        rungs = t.loc[stopped, "round_reached"] if "round_reached" in t else pd.Series(dtype=float)
+        reached = [str(int(r)) for r in sorted(rungs.dropna().unique())]
+        where = (
+            f" at round{'s' if len(reached) > 1 else ''} {', '.join(reached)}" if reached else ""
+        )
+        lines.append(
+            f"**{int(stopped.sum())} stopped early by the scheduler**{where} (their rows are "
+            "a prefix of the full run's; a stopped trial is never selected)."
+        )
+    t["status"] = t["status"].where(~stopped, "**stopped**")
+    t["params_json"] = t["params_json"].map(lambda v: f"`{v}`" if isinstance(v, str) else v)
+    cols = [
+        "trial_id",
+        "status",
+        "round_reached",
+        "val_acc",
+        "cum_saving_restricted",
+        "objective_value",
+        "on_pareto_front",
+        "selected",
+        "params_json",
+    ]
+    lines += ["", tables.markdown(t[[c for c in cols if c in t]])]
+    return lines
 
 
 LEADERBOARD_TEXT = (
@@ -311,9 +330,11 @@ code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; background: #f
 .table { overflow-x: auto; max-width: 100%; margin: 8px 0 16px; }
 table { border-collapse: collapse; font-size: 12px; }
 th, td { border: 1px solid #d0d7de; padding: 3px 6px; text-align: right; vertical-align: top; }
-th { background: #f6f8fa; } td:first-child, th:first-child { text-align: left; }
-td { max-width: 360px; overflow-wrap: anywhere; }
-img { max-width: 100%; height: auto; }
+th { background: #f6f8fa; text-align: left; } td:first-child { text-align: left; }
+td { max-width: 360px; overflow-wrap: break-word; }
+td code { white-space: nowrap; }
+td:has(> code) { text-align: left; max-width: none; }
+img { display: block; margin: 12px auto; max-width: 100%; height: auto; }
 """
 
 
