@@ -113,6 +113,17 @@ class RunWriter:
             return None
         return status[0] if status else None
 
+    def previous_result(self) -> dict[str, Any] | None:
+        """This run id's existing ``runs`` row, when it is a complete result whose every table
+        is in place (a run's files are written whole, the runs file last); else None."""
+        if self.previous_status() not in COMPLETE:
+            return None
+        if not all(self.store.is_file(self.final_path(t)) for t in RUN_TABLES):
+            return None
+        with self.store.fs.open_input_file(self.store.path(self.final_path("runs"))) as fh:
+            rows = pq.ParquetFile(fh).read().to_pylist()
+        return rows[0] if rows else None
+
     def stage(self) -> None:
         """Write this attempt under hidden names until :meth:`finish`."""
         self.staged = True

@@ -16,6 +16,7 @@ from typing import Any
 
 from ..engine import RunHooks, make_backend, run_fl
 from ..engine.observers import Observer, RoundDone, StopRun
+from ..results.writer import RunWriter
 from .spec import SweepSpec
 
 STATE_FILE = "run_state.pt"  # reuse_ray.checkpoint: data only, never unpickled as code
@@ -162,6 +163,19 @@ def trial_main(
         with ckpt.as_directory() as d:
             resume = (Path(d) / STATE_FILE).read_bytes()
 
+    if resume is None:
+        kept = RunWriter(cfg.results_dir, cfg.run_id, cfg.method.name).previous_result()
+        if kept and (kept["status"], kept["stage"], kept["label"]) == ("finished", stage, label):
+            # this very run (config and seed: its id) finished here before — a sweep started
+            # over the shipped or an earlier sweep's Parquet, or a search repeating a point:
+            # the engine is deterministic, so its rows are kept, not recomputed
+            print(f"{cfg.run_id}: already finished in this results folder; rows kept", flush=True)
+            tune.report(
+                trial_metrics(
+                    spec, kept, kept["final_val_acc"], reference_val, cfg.run_id, "finished"
+                )
+            )
+            return
     hooks = RunHooks(
         stage=stage,
         evaluate_test=stage == "final",

@@ -343,6 +343,25 @@ def test_protocol_searcher_none_runs_every_grid_cell_on_the_final_seeds(tmp_path
     cells = sorted(zip(runs["cfg.method.name"], runs["cfg.method.topk_ratio"], strict=True))
     assert cells == [("dg_fedreuse", 0.2), ("dg_fedreuse", 1.0), ("fedavg", 0.2), ("fedavg", 1.0)]
 
+    # the same sweep started over a copy of its Parquet (no Tune state: e.g. results shipped
+    # with a repository) keeps every finished run instead of recomputing it
+    import shutil
+
+    again = tmp_path / "again"
+    for table in ("runs", "rounds", "client_events", "clients"):
+        shutil.copytree(tmp_path / "sweep" / table, again / table)
+    before = {p: p.stat().st_mtime_ns for p in again.rglob("*.parquet")}
+    raw["results_dir"] = str(again)
+    said: list[str] = []
+    run_sweep(parse_sweep(raw), say=said.append)
+    assert {p: p.stat().st_mtime_ns for p in before} == before  # not one file rewritten
+    kept = read_table(again, "runs")
+    pd.testing.assert_frame_equal(
+        kept.sort_values("run_id").reset_index(drop=True),
+        runs.sort_values("run_id").reset_index(drop=True),
+    )
+    assert sum("(finished)" in m for m in said) == 4
+
 
 def test_a_relative_results_dir_is_a_folder_of_dated_sweeps_under_the_results_root(
     tmp_path, monkeypatch
