@@ -182,6 +182,7 @@ def search_section(trials: pd.DataFrame) -> list[str]:
     t["params_json"] = t["params_json"].map(lambda v: f"`{v}`" if isinstance(v, str) else v)
     cols = [
         "trial_id",
+        *(["stage", "seed"] if t["stage"].nunique() > 1 and "seed" in t else []),
         "status",
         "round_reached",
         "val_acc",
@@ -189,6 +190,11 @@ def search_section(trials: pd.DataFrame) -> list[str]:
         "objective_value",
         "on_pareto_front",
         "selected",
+        *(
+            ["selection_mean"]
+            if "selection_mean" in t and t["selection_mean"].notna().any()
+            else []
+        ),
         "params_json",
     ]
     lines += ["", tables.markdown(t[[c for c in cols if c in t]])]

@@ -20,6 +20,9 @@ A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these bloc
                                      # rungs on evaluation rounds (max_t: the final round)
       grace_period: 1                # asha: the first rung, in rounds
       reduction_factor: 3            # asha, hyperband: a rung keeps 1/reduction_factor
+      reeval_top: 0                  # robust selection: the best N search configurations are
+      reeval_seeds: []               # re-run on these further search seeds (validation only)
+                                     # and chosen by their mean objective
     trial:                           # resources one trial reserves up front (placement group)
       backend: local                 # local: the trial process trains; ray: + worker actors
       cpus: 1                        # local: CPUs of the trial process; ray: of its driver
@@ -44,14 +47,15 @@ A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these bloc
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..config import MAX_SEED, ConfigError, RunConfig
+from ..config import ConfigError, RunConfig
 from ..configio import apply_overrides, from_dict, set_dotted
 from ..results.storage import anchored
 from ..yamlio import load_yaml_mapping
+from .fields import _checkpoint_every, _choice, _deep_copy, _positive, _seed, _take
 
 SEARCHERS = ("tpe", "nsga2", "random", "grid", "none")
 SCHEDULERS = ("none", "asha", "hyperband")
@@ -75,6 +79,10 @@ class SearchSpec:
     scheduler: str = "none"
     grace_period: int = 1  # asha: the first rung, in rounds
     reduction_factor: int = 3  # asha, hyperband: 1/reduction_factor of a rung's trials go on
+    # robust selection: the top reeval_top configurations rerun on reeval_seeds (validation
+    # only, stage "reeval"), chosen by the mean objective over the search seed and these
+    reeval_top: int = 0
+    reeval_seeds: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -157,6 +165,7 @@ class SweepSpec:
     @property
     def search_seeds(self) -> set[int]:
         seeds = {int(self.base.get("seed", RunConfig().seed))}
+        seeds |= set(self.search.reeval_seeds)
         for values in self.search.grid.get("seed", []), [self.search.reference.get("seed")]:
             seeds |= {int(v) for v in values if v is not None}
         return seeds
@@ -185,53 +194,6 @@ def _own_block_only(method: dict[str, Any]) -> dict[str, Any]:
         return method
     others = set(config_blocks()) - {own}
     return {k: v for k, v in method.items() if k not in others}
-
-
-def _seed(path: str, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
-        raise ConfigError(path, f"{value!r}; allowed: an integer in [0, 2**63 - 1]")
-
-
-def _checkpoint_every(value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ConfigError(
-            "checkpoint_every",
-            f"{value!r}; allowed: rounds between trial checkpoints, an integer >= 0 (0: none)",
-        )
-    return value
-
-
-def _deep_copy(d: Any) -> Any:
-    if isinstance(d, dict):
-        return {k: _deep_copy(v) for k, v in d.items()}
-    if isinstance(d, list):
-        return [_deep_copy(v) for v in d]
-    return d
-
-
-def _take(block: dict[str, Any], path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
-    if block is None:
-        return {}
-    if not isinstance(block, dict):
-        raise ConfigError(path, "expected a mapping of fields")
-    for k in block:
-        if k not in allowed:
-            name = k if path == "<root>" else f"{path}.{k}"
-            raise ConfigError(name, f"unknown field; allowed: {', '.join(allowed)}")
-    return block
-
-
-def _choice(path: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(path, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
-
-
-def _positive(path: str, value: Any, integer: bool = False, zero: bool = False) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    ok = ok and (value >= 0 if zero else value > 0) and (not integer or float(value).is_integer())
-    if not ok:
-        kind = "an integer" if integer else "a number"
-        raise ConfigError(path, f"{value!r}; allowed: {kind} {'>= 0' if zero else '> 0'}")
 
 
 def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
@@ -276,6 +238,7 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     if search.objective == "pareto" and search.searcher not in ("nsga2", "random", "grid"):
         raise ConfigError("search.objective", "pareto needs searcher nsga2, random or grid")
     _check_scheduler(search, _validate(_deep_copy(base)).fl.rounds)
+    search = _check_reeval(search)
     if search.space:
         from .spaces import load_space
 
@@ -324,6 +287,11 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     )
     if search.searcher == "none" and final is None:
         raise ConfigError("final", "searcher none runs the grid in the final stage; add final:")
+    base_seed = int(base.get("seed", RunConfig().seed))
+    if base_seed in search.reeval_seeds:
+        raise ConfigError(
+            "search.reeval_seeds", f"{base_seed} is the search's own seed; allowed: further seeds"
+        )
     if final is not None and search.searcher != "none":
         reused = sorted(set(final.seeds) & spec.search_seeds)
         if reused:
@@ -360,6 +328,25 @@ def _compare_entry(j: int, entry: dict[str, Any], seeds) -> dict[str, Any]:
         only = [int(v) for v in only]
     fields = {k: v for k, v in entry.items() if k not in ("label", "seeds")}
     return dict(fields, label=label, **({"seeds": only} if only is not None else {}))
+
+
+def _check_reeval(search: SearchSpec) -> SearchSpec:
+    """Robust selection's fields: a count and the further search seeds it reruns on."""
+    _positive("search.reeval_top", search.reeval_top, integer=True, zero=True)
+    seeds = search.reeval_seeds
+    if not isinstance(seeds, list | tuple):
+        raise ConfigError("search.reeval_seeds", f"{seeds!r}; allowed: a list of seeds")
+    for v in seeds:
+        _seed("search.reeval_seeds", v)
+    if search.reeval_top and not seeds:
+        raise ConfigError("search.reeval_seeds", "reeval_top needs further search seeds")
+    if seeds and not search.reeval_top:
+        raise ConfigError("search.reeval_top", "0 with reeval_seeds given; allowed: 1 or more")
+    if search.reeval_top and search.objective == "pareto":
+        raise ConfigError("search.reeval_top", "ranks on one metric; not with objective pareto")
+    if search.reeval_top and search.searcher == "none":
+        raise ConfigError("search.reeval_top", "searcher none runs no search to re-evaluate")
+    return replace(search, reeval_seeds=tuple(int(v) for v in seeds))
 
 
 def _check_scheduler(search: SearchSpec, rounds: int) -> None:

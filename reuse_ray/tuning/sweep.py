@@ -25,6 +25,7 @@ import pandas as pd
 from ..errors import UserError
 from ..results import read_table
 from ..results.storage import Storage, dated_folder, display, join, latest_dated
+from . import reeval
 from .launch import derive_concurrency, launch
 from .spaces import load_space
 from .spec import SweepSpec
@@ -140,14 +141,17 @@ def _reference_val(spec: SweepSpec, say) -> float | None:
     return summary.row["final_val_acc"]
 
 
-def _trials_table(spec: SweepSpec, results, reference: float | None) -> pd.DataFrame:
+def _trials_table(
+    spec: SweepSpec, results, reference: float | None, stage: str = "search"
+) -> pd.DataFrame:
     runs = _safe_runs(spec.results_dir)
     rows = []
     for r in results:
         metrics = r.metrics or {}
-        params = {k: v for k, v in (r.config or {}).items()}
+        params = dict((r.config or {}).get("final", r.config or {}))
+        seed = params.pop("seed", None) if stage == "reeval" else None
         try:
-            run_id = spec.run_config(params).run_id
+            run_id = spec.run_config(params if seed is None else {**params, "seed": seed}).run_id
         except Exception:  # noqa: BLE001 - a bad parameter combination is reported as an error
             run_id = None
         status = "error" if r.error else metrics.get("status", "unknown")
@@ -168,7 +172,7 @@ def _trials_table(spec: SweepSpec, results, reference: float | None) -> pd.DataF
         rows.append(
             trial_row(
                 sweep=spec.name,
-                stage="search",
+                stage=stage,
                 trial_id=metrics.get("trial_id"),
                 run_id=run_id,
                 searcher=spec.search.searcher,
@@ -182,6 +186,7 @@ def _trials_table(spec: SweepSpec, results, reference: float | None) -> pd.DataF
                 objective_value=value if known else None,
                 error=_error_text(r.error) if r.error else None,
                 round_reached=reached,
+                seed=seed,
             )
         )
     df = pd.DataFrame(rows)
@@ -322,10 +327,16 @@ def run_sweep(
             mlflow=mlflow,
         )
         trials = _trials_table(spec, results, reference)
+    top = spec.final.top if spec.final else 1
     if spec.search.searcher == "none":
         chosen = trials
+    elif spec.search.reeval_top:
+        trials = reeval.run_stage(
+            spec, trials, reference, _trials_table, concurrency, resume, say, verbose, mlflow
+        )
+        chosen, trials = reeval.choose(trials, spec, top)
     else:
-        chosen = select(trials, spec, spec.final.top if spec.final else 1)
+        chosen = select(trials, spec, top)
     trials["selected"] = trials["run_id"].isin(chosen["run_id"])
     write_trials(spec.results_dir, spec.name, trials)
     selected = [json.loads(p) for p in chosen["params_json"]]
@@ -381,6 +392,9 @@ def run_sweep(
         )
         runs = read_table(spec.results_dir, "runs")
         final_runs = runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
+        if spec.search.reeval_top:
+            for line in reeval.gap_lines(trials, chosen, final_runs):
+                say(line)
         for (label, method), grp in final_runs.groupby(["label", "cfg.method.name"]):
             say(
                 f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "

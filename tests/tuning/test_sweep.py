@@ -414,6 +414,48 @@ def test_resume_with_nothing_to_resume_at_the_folder_says_so_and_starts_nothing(
     assert not (tmp_path / "sweep").exists()  # no trial ran, no folder was made
 
 
+def test_robust_selection_reruns_the_best_on_further_search_seeds_and_chooses_by_the_mean(
+    tmp_path,
+):
+    raw = sweep(tmp_path, final={"seeds": [21]})
+    raw["search"].update(num_samples=3, reeval_top=2, reeval_seeds=[11, 12])
+    said: list[str] = []
+    out = run_sweep(parse_sweep(raw), say=said.append)
+    trials = read_table(tmp_path / "sweep", "trials")
+    search = trials[trials["stage"] == "search"]
+    again = trials[trials["stage"] == "reeval"]
+    assert len(search) == 3 and len(again) == 4 and sorted(again["seed"]) == [11, 11, 12, 12]
+    cands = search[search["selection_mean"].notna()]
+    assert len(cands) == 2 and set(again["params_json"]) == set(cands["params_json"])
+    for _, c in cands.iterrows():  # the mean over the search seed and the two further seeds
+        mine = again[again["params_json"] == c["params_json"]]["objective_value"]
+        assert c["selection_mean"] == pytest.approx((c["objective_value"] + mine.sum()) / 3)
+    best = cands.sort_values("selection_mean", ascending=False).iloc[0]
+    assert out.selected == [json.loads(best["params_json"])]
+    assert trials.loc[trials["selected"], "run_id"].tolist() == [best["run_id"]]
+    runs = read_table(tmp_path / "sweep", "runs")
+    assert (runs.loc[runs["stage"] == "reeval", "test_reads"] == 0).all()
+    assert set(runs.loc[runs["stage"] == "reeval", "seed"]) == {11, 12}
+    assert any(m.startswith("selection gap of selected-0") for m in said), said
+
+
+@pytest.mark.parametrize(
+    ("change", "fragment"),
+    [
+        ({"reeval_top": 2}, "'search.reeval_seeds': reeval_top needs further search seeds"),
+        ({"reeval_seeds": [11]}, "'search.reeval_top': 0 with reeval_seeds given"),
+        ({"reeval_top": 1, "reeval_seeds": [5]}, "5 is the search's own seed"),
+        ({"reeval_top": 1, "reeval_seeds": [21]}, "[21] were used by the search"),
+    ],
+)
+def test_bad_robust_selection_fields_name_the_field(tmp_path, change, fragment):
+    raw = sweep(tmp_path, final={"seeds": [21]})
+    raw["search"].update(change)
+    with pytest.raises(ConfigError) as err:
+        parse_sweep(raw)
+    assert fragment in str(err.value)
+
+
 def test_a_sweep_whose_every_trial_fails_writes_its_trials_and_says_why(tmp_path, capsys):
     from reuse_ray.errors import UserError
 
