@@ -49,6 +49,7 @@ def launch(
     mode: Any = None,
     num_samples: int = 1,
     scheduler: Any = None,
+    stop: Any = None,
     reference: float | None = None,
     say=print,
     verbose: int = 0,
@@ -117,6 +118,7 @@ def launch(
                 failure_config=tune.FailureConfig(max_failures=int(spec.trial.max_failures)),
                 callbacks=[ConsoleReporter(say, stage, total or num_samples)],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                stop=stop,
             ),
         )
     return tuner.fit()

@@ -20,6 +20,8 @@ A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these bloc
                                      # rungs on evaluation rounds (max_t: the final round)
       grace_period: 1                # asha: the first rung, in rounds
       reduction_factor: 3            # asha, hyperband: a rung keeps 1/reduction_factor
+      client_rounds: 0               # a budget: stop once the trials trained this many clients
+                                     # x rounds (0: none; num_samples caps the trials)
       reeval_top: 0                  # robust selection: the best N search configurations are
       reeval_seeds: []               # re-run on these further search seeds (validation only)
                                      # and chosen by their mean objective
@@ -83,6 +85,9 @@ class SearchSpec:
     # only, stage "reeval"), chosen by the mean objective over the search seed and these
     reeval_top: int = 0
     reeval_seeds: tuple[int, ...] = ()
+    # a budget in client training rounds (selected clients x rounds reached, over all trials):
+    # the search stops once it is spent; num_samples is then the most trials it may start
+    client_rounds: int = 0
 
 
 @dataclass(frozen=True)
@@ -239,6 +244,9 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
         raise ConfigError("search.objective", "pareto needs searcher nsga2, random or grid")
     _check_scheduler(search, _validate(_deep_copy(base)).fl.rounds)
     search = _check_reeval(search)
+    _positive("search.client_rounds", search.client_rounds, integer=True, zero=True)
+    if search.client_rounds and search.searcher == "none":
+        raise ConfigError("search.client_rounds", "searcher none runs no search to budget")
     if search.space:
         from .spaces import load_space
 

@@ -309,6 +309,12 @@ def run_sweep(
     else:
         reference = _reference_val(spec, say)
         alg, metric, mode, space = make_searcher(spec, concurrency)
+        budget = None
+        if spec.search.client_rounds:
+            from .budget import ClientRoundBudget
+
+            per_round = spec.run_config().fl.clients_per_round
+            budget = ClientRoundBudget(spec.search.client_rounds, per_round)
         results = launch(
             spec,
             "search",
@@ -317,6 +323,7 @@ def run_sweep(
             metric=metric,
             mode=mode,
             scheduler=make_scheduler(spec, metric),
+            stop=budget,
             num_samples=spec.search.num_samples,
             total=spec.search.num_samples * _grid_size(spec),
             concurrency=concurrency,
@@ -327,6 +334,11 @@ def run_sweep(
             mlflow=mlflow,
         )
         trials = _trials_table(spec, results, reference)
+        if budget is not None:
+            say(
+                f"client-round budget: {budget.spent()} of {spec.search.client_rounds} spent "
+                f"by {len(trials)} configurations"
+            )
     top = spec.final.top if spec.final else 1
     if spec.search.searcher == "none":
         chosen = trials
