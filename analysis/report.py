@@ -17,8 +17,8 @@ from .load import AnalysisError, Results, load
 
 def report_line(md_path) -> str:
     """The console's line for a written report: the HTML page first, the page to open."""
-    md = str(md_path)
-    html = md[: -len(".md")] + ".html" if md.endswith(".md") else md
+    md, q, query = str(md_path).partition("?")  # a URI may carry its endpoint's query
+    html = (md[: -len(".md")] + ".html" if md.endswith(".md") else md) + q + query
     return f"report: {html}  (open it in a browser; report.md and the PNG figures beside it)"
 
 

@@ -54,9 +54,11 @@ def make_searcher(spec: SweepSpec, concurrency: int = 0):
     import optuna
     from ray.tune.search.optuna import OptunaSearch
 
+    from .samplers import NSGAIISampler
+
     sampler = {
         "tpe": lambda: optuna.samplers.TPESampler(seed=s.seed),
-        "nsga2": lambda: optuna.samplers.NSGAIISampler(seed=s.seed),
+        "nsga2": lambda: NSGAIISampler(seed=s.seed),
         "random": lambda: optuna.samplers.RandomSampler(seed=s.seed),
     }[s.searcher]()
     if s.objective == "pareto":
