@@ -2,7 +2,7 @@
 seed against robust selection, on the study's digits workload, measured in one run.
 
 For each arm (dense FedAvg, Top-K FedAvg, DG-FedReuse) and searcher seed, a random search over
-the arm's space (``search_spaces/bench_arms*.py``) gets the same budget in client-rounds
+the arm's space (``search_spaces/search_budget*.py``) gets the same budget in client-rounds
 (``--budget-trials`` full trials' worth), once without a scheduler and once with ASHA
 (``--grace`` rounds, reduction factor 3). Printed per arm: configurations explored and the best
 validation accuracy found at the final round (median and range over searcher seeds).
@@ -32,9 +32,9 @@ import yaml
 from reuse_ray.tuning import parse_sweep, run_sweep
 
 ARMS = {
-    "fedavg": ({"method.name": "fedavg", "method.topk_ratio": 1.0}, "bench_arms"),
-    "topk_fedavg": ({"method.name": "fedavg", "method.topk_ratio": 0.2}, "bench_arms_topk"),
-    "dg_fedreuse": ({"method.name": "dg_fedreuse"}, "bench_arms_dg"),
+    "fedavg": ({"method.name": "fedavg", "method.topk_ratio": 1.0}, "search_budget"),
+    "topk_fedavg": ({"method.name": "fedavg", "method.topk_ratio": 0.2}, "search_budget_topk"),
+    "dg_fedreuse": ({"method.name": "dg_fedreuse"}, "search_budget_dg"),
 }
 
 

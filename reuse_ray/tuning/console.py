@@ -68,7 +68,12 @@ class ConsoleReporter(Callback):
         # a trial whose last report is a round's ("running") ended because the scheduler
         # stopped it; one that finished reports its runs row last
         r = trial.last_result or {}
-        if r.get("status") == "running":
+        if r.get("status") == "budget spent":
+            self.done += 1
+            self.say(
+                f"  {self.stage} trial {trial.trial_id} not run: the client-round budget is spent"
+            )
+        elif r.get("status") == "running":
             self._end(trial, f"stopped by the scheduler after round {r.get('round')}")
         else:
             self._end(trial, "done")

@@ -150,6 +150,8 @@ def _trials_table(
     rows = []
     for r in results:
         metrics = r.metrics or {}
+        if metrics.get("status") == "budget spent":
+            continue  # started after the client-round budget was spent: no configuration tried
         params = dict((r.config or {}).get("final", r.config or {}))
         seed = params.pop("seed", None) if stage == "reeval" else None
         try:

@@ -163,6 +163,21 @@ def trial_main(
         with ckpt.as_directory() as d:
             resume = (Path(d) / STATE_FILE).read_bytes()
 
+    if resume is None and stage == "search" and spec.search.client_rounds:
+        from .budget import spent_in
+
+        spent = spent_in(spec.results_dir, spec.name, stage, cfg.fl.clients_per_round)
+        if spent >= spec.search.client_rounds:  # the budget is spent: no run, no row
+            tune.report(
+                {
+                    "status": "budget spent",
+                    "objective": -3.0,
+                    "val_acc": 0.0,
+                    "round": 0,
+                    "val_round": 0,
+                }
+            )
+            return
     if resume is None:
         kept = RunWriter(cfg.results_dir, cfg.run_id, cfg.method.name).previous_result()
         if kept and (kept["status"], kept["stage"], kept["label"]) == ("finished", stage, label):

@@ -1,5 +1,5 @@
 """DG-FedReuse in the search-budget benchmark: the shared learning rate and the method's own
-registered space (τ0, τ_min, ρ, S, q, r; see ``bench_arms``)."""
+registered space (τ0, τ_min, ρ, S, q, r; see ``search_budget``)."""
 
 from __future__ import annotations
 

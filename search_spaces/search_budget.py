@@ -1,7 +1,7 @@
 """The search-budget benchmark's spaces (``benchmarks/search_budget.py``): the study's shared
 local learning rate on every arm, as the study draws it, plus each arm's own knobs. ``space``
 is dense FedAvg's (server learning rate); the Top-K and DG-FedReuse arms use
-``bench_arms_topk`` and ``bench_arms_dg``, which add r and the DG gate."""
+``search_budget_topk`` and ``search_budget_dg``, which add r and the DG gate."""
 
 from __future__ import annotations
 

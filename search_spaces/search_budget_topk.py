@@ -1,9 +1,9 @@
 """Top-K FedAvg in the search-budget benchmark: the shared learning rate, the server learning
-rate and r (see ``bench_arms``)."""
+rate and r (see ``search_budget``)."""
 
 from __future__ import annotations
 
-from .bench_arms import space as dense
+from .search_budget import space as dense
 
 
 def space(trial):
