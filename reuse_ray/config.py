@@ -56,6 +56,9 @@ class DataConfig:
     synthetic_shape: tuple[int, ...] = (1, 8, 8)  # synthetic: C, H, W
     synthetic_classes: int = 10
     synthetic_noise: float = 1.0  # synthetic: noise std around each class template
+    # a fixed stratified subset of about this many training images (after the validation
+    # carve-out; every class in proportion, drawn from split_seed); 0: the whole split
+    train_subset: int = 0
 
     def __post_init__(self) -> None:
         check_choice("name", self.name, DATASETS)
@@ -69,6 +72,7 @@ class DataConfig:
             )
         check_range("synthetic_classes", self.synthetic_classes, 2)
         check_range("synthetic_noise", self.synthetic_noise, 0.0)
+        check_range("train_subset", self.train_subset, 0)
 
 
 @dataclass(frozen=True)
@@ -318,6 +322,8 @@ class RunConfig:
     def run_id(self) -> str:
         """Stable id of (config, seed): results location and engine do not enter it."""
         payload = {k: v for k, v in flatten(self).items() if not _is_non_identity(k)}
+        if not self.data.train_subset:  # added later: ids of whole-split runs stay as they were
+            payload.pop("data.train_subset", None)
         if self.engine.vectorize:
             payload["engine.vectorize_group"] = self.engine.vectorize_group
         if self.engine.channels_last:

@@ -362,7 +362,24 @@ def load_dataset(cfg) -> FederatedData:
         raise UserError(
             f"data.name: unknown dataset {cfg.name!r}; allowed: {', '.join(LOADERS)}"
         ) from None
-    return loader(cfg)
+    data = loader(cfg)
+    if cfg.train_subset:
+        data.train = _subset(data.train, cfg.train_subset, cfg.split_seed, cfg.name)
+    return data
+
+
+def _subset(train: ArraySplit, n: int, split_seed: int, name: str) -> ArraySplit:
+    """A fixed stratified subset of about ``n`` images of the training split: every class
+    in proportion (rounded per class), drawn from the ``split_seed`` stream, in row order."""
+    if n >= len(train):
+        raise UserError(
+            f"data.train_subset: {n} is not below the {len(train)} training images of {name} "
+            "(after the validation carve-out); allowed: 0 (all) or fewer"
+        )
+    _, keep = stratified_split(
+        train.y, n / len(train), generator(split_seed, Purpose.DATA_SPLIT, 3)
+    )
+    return ArraySplit(train.x[keep], train.y[keep])
 
 
 def load_apart(cfg) -> tuple[ArraySplit, FederatedData]:

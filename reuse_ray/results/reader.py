@@ -6,11 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import UserError
-from .schema import SCHEMAS
+from .schema import PARTITION_COLUMN, SCHEMAS
 from .storage import Storage
 
 if TYPE_CHECKING:  # pandas comes when a table is read, not with this module (a run's driver)
@@ -49,21 +50,30 @@ def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
         and f.path.endswith(".parquet")
         and not Path(f.path).name.startswith((".", "_"))
     ]
+    schemas = []
     for path in files:
         try:
             with fs.open_input_file(path) as fh:
-                pq.read_metadata(fh)
+                schemas.append(pq.read_metadata(fh).schema.to_arrow_schema())
         except Exception as err:  # noqa: BLE001 - any reader failure means a corrupt file
             raise ResultsError(f"corrupt Parquet file {path}: {err}") from None
     if not files:
         return None
     import pyarrow.dataset as ds  # pandas comes with to_pandas
 
+    # every file's columns, not the first file's: files written before a config field or a
+    # method existed lack its columns, which read as nulls there
+    unified = pa.unify_schemas(schemas, promote_options="permissive")
+    if PARTITION_COLUMN not in unified.names:
+        unified = unified.append(pa.field(PARTITION_COLUMN, pa.string()))
     dataset = ds.dataset(
         files,
+        schema=unified,
         filesystem=fs,
         format="parquet",
-        partitioning=ds.partitioning(flavor="hive"),
+        partitioning=ds.partitioning(
+            pa.schema([pa.field(PARTITION_COLUMN, pa.string())]), flavor="hive"
+        ),
         partition_base_dir=base,
     )
     return dataset.to_table().to_pandas()

@@ -240,3 +240,39 @@ def test_loading_a_dataset_imports_no_torch():
     code = "import sys, reuse_ray.config, reuse_ray.data.registry; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_a_training_subset_is_fixed_stratified_and_only_its_own_run_id_changes(tmp_path):
+    import numpy as np
+
+    from reuse_ray.config import DataConfig, RunConfig
+    from reuse_ray.data import load_dataset
+    from reuse_ray.errors import UserError
+
+    full = load_dataset(DataConfig(name="digits"))
+    part = load_dataset(DataConfig(name="digits", train_subset=500))
+    again = load_dataset(DataConfig(name="digits", train_subset=500))
+    assert abs(len(part.train) - 500) <= 10 and np.array_equal(part.train.x, again.train.x)
+    np.testing.assert_array_equal(part.val.y, full.val.y)  # validation as without a subset
+    # every class in proportion to the whole training split
+    whole = np.bincount(full.train.y) / len(full.train)
+    mine = np.bincount(part.train.y) / len(part.train)
+    assert np.abs(whole - mine).max() < 0.01
+    # rows of the training split itself, none of validation
+    rows = {r.tobytes() for r in full.train.x}
+    assert all(r.tobytes() in rows for r in part.train.x)
+    # a run id changes only for a run that asks for a subset
+    assert RunConfig().run_id == RunConfig(data=DataConfig()).run_id
+    assert RunConfig(data=DataConfig(train_subset=500)).run_id != RunConfig().run_id
+    # and the shipped paper runs keep theirs: a sweep started over them finds them finished
+    from pathlib import Path
+
+    from reuse_ray.tuning import load_sweep
+
+    root = Path(__file__).resolve().parents[2]
+    spec = load_sweep(root / "sweeps/paper_fashionmnist.yaml", ["base.engine.channels_last=true"])
+    run_id = spec.run_config({"method.name": "fedavg", "seed": 101}).run_id
+    shipped = root / "results/paper_fashionmnist/runs/method=fedavg" / f"{run_id}.parquet"
+    assert shipped.is_file(), run_id
+    with pytest.raises(UserError, match="data.train_subset: 5000 is not below"):
+        load_dataset(DataConfig(name="digits", train_subset=5000))

@@ -152,3 +152,23 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
     assert runs.iloc[0]["status"] == "failed" and runs.iloc[0]["error"].startswith("Terminated")
     assert runs.iloc[0]["rounds_completed"] == 2
     assert sorted(read_table(tmp_path / "res", "rounds")["round"]) == [1, 2]
+
+
+def test_files_written_before_a_column_existed_read_as_nulls_beside_newer_ones(tmp_path):
+    """The reader takes every file's columns (a config field added later, a method registered
+    later), not only those of the first file it meets."""
+    import pandas as pd
+
+    from reuse_ray.results import read_table
+
+    for name, frame in (
+        ("a-old", pd.DataFrame({"run_id": ["a-old"], "seed": [1]})),
+        ("b-new", pd.DataFrame({"run_id": ["b-new"], "seed": [2], "cfg.data.train_subset": [500]})),
+    ):
+        folder = tmp_path / "runs" / "method=fedavg"
+        folder.mkdir(parents=True, exist_ok=True)
+        frame.to_parquet(folder / f"{name}.parquet")
+    runs = read_table(tmp_path, "runs").sort_values("run_id")
+    assert runs["cfg.data.train_subset"].isna().tolist() == [True, False]
+    assert runs["cfg.data.train_subset"].iloc[1] == 500
+    assert runs["method"].tolist() == ["fedavg", "fedavg"]
