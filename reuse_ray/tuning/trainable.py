@@ -165,13 +165,14 @@ def trial_main(
 
     if resume is None and stage == "search" and spec.search.client_rounds:
         from .budget import spent_in
+        from .reeval import PENALTY
 
         spent = spent_in(spec.results_dir, spec.name, stage, cfg.fl.clients_per_round)
         if spent >= spec.search.client_rounds:  # the budget is spent: no run, no row
             tune.report(
                 {
                     "status": "budget spent",
-                    "objective": -3.0,
+                    "objective": PENALTY,
                     "val_acc": 0.0,
                     "round": 0,
                     "val_round": 0,
