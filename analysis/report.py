@@ -98,6 +98,8 @@ def _write(
         LEADERBOARD_TEXT.format(T=tables.describe_rounds(T)),
         tables.markdown(tables.leaderboard(res, T, references)),
     ]
+    if study:
+        md += budget_section(study, res_all)
     md += [
         "## Dense-downlink sensitivity and measured bytes\n",
         "Restricted uplink saving, its sensitivity with one dense download per selected client "
@@ -214,26 +216,68 @@ def study_header(study: dict, res: Results) -> str:
     """One paragraph saying what produced a study's numbers: date, machine, budget, wall time."""
     wall = study.get("wall_s")
     trials = res.trials
+    if len(trials) and "stage" in trials:
+        trials = trials[trials["stage"].eq("search")]
     per_arm = ""
     if len(trials) and "arm" in trials:
         counts = trials.groupby(["sweep", "arm"]).size()
         per_arm = (
-            f" (every arm: {counts.min()} trials)"
+            f" (every arm: {counts.min()})"
             if counts.min() == counts.max()
-            else f" (trials per arm from {counts.min()} to {counts.max()})"
+            else f" (per arm from {counts.min()} to {counts.max()})"
+        )
+    budgets = {k: v for k, v in (study.get("client_rounds") or {}).items() if v}
+    search = study.get("search") or {}
+    if budgets:
+        each = ", ".join(f"{w} {v}" for w, v in budgets.items())
+        budget = (
+            f"an equal budget per arm and workload of {each} client-rounds, spent on at most "
+            f"{study['trials_per_arm']} validation-only configurations{per_arm}"
+        )
+    else:
+        budget = f"{study['trials_per_arm']} validation-only search trials per arm and workload" + (
+            per_arm[:-1] + " trials)" if per_arm else ""
+        )
+    if search.get("scheduler", "none") != "none":
+        budget += (
+            f", each arm with its own {search['scheduler'].upper()} scheduler (grace period "
+            f"{search['grace_period']} rounds, reduction factor {search['reduction_factor']})"
+        )
+    if search.get("reeval_top"):
+        budget += (
+            f"; robust selection: each arm's best {search['reeval_top']} by each objective "
+            f"rerun on search seeds {search['reeval_seeds']}, chosen by the mean"
         )
     return (
         f"Study `{study['name']}`"
         + (f" (scale `{study['scale']}`)" if study.get("scale") else "")
-        + f": {len(study['arms'])} arms on {', '.join(study['workloads'])}; "
-        f"{study['trials_per_arm']} validation-only search trials per arm and workload"
-        f"{per_arm}, selected by {' and '.join(study['objectives'])} (retention: ≥ "
+        + f": {len(study['arms'])} arms on {', '.join(study['workloads'])}; {budget}; "
+        f"selected by {' and '.join(study['objectives'])} (retention: ≥ "
         f"{study['retention']:g} of tuned `{study['retention_reference']}`'s validation "
         f"accuracy); final seeds {study['final_seeds']}. Run {study['started_at'][:10]} on "
         f"{study['machine']}"
         + (f", wall time {wall / 60:.0f} min." if wall else " (not finished).")
         + "\n"
     )
+
+
+def budget_section(study: dict, res: Results) -> list[str]:
+    """The study's search budget per workload and arm, and its selection gaps."""
+    from .studies import gap_summary, search_budget
+
+    table = search_budget(res.trials, study)
+    if not len(table):
+        return []
+    return [
+        "## Search budget and selection gap per arm\n",
+        "Configurations tried in the search stage, how many the scheduler (or the spent "
+        "budget) stopped early, client-rounds spent (selected clients × rounds reached) "
+        "against the arm's budget, those robust selection added, and the selected "
+        "configuration's validation accuracy on the search seed(s) minus its mean on the "
+        "fresh final seeds.\n",
+        *([gap_summary(study)] if gap_summary(study) else []),
+        tables.markdown(table),
+    ]
 
 
 def _pm(mean, sd) -> str:

@@ -133,7 +133,7 @@ def _report(args: argparse.Namespace) -> int:
     args.results = [_newest_sweep(loc) for loc in args.results]
     if args.leaderboard:
         from analysis import load
-        from analysis.report import _final_or_all, study_header
+        from analysis.report import _final_or_all, budget_section, study_header
         from analysis.tables import check_results, leaderboard, markdown
 
         from .results.reader import read_metadata
@@ -146,6 +146,9 @@ def _report(args: argparse.Namespace) -> int:
         if study:
             _print(study_header(study, res))
         _print(markdown(leaderboard(final, args.round, refs), digits=3))
+        if study:
+            for block in budget_section(study, res)[1:]:
+                _print(block)
         return 0
     path = write_report(args.results, args.out, args.round, args.reference, args.target)
     _print(report_line(path))

@@ -210,6 +210,31 @@ def system_data(monkeypatch):
         monkeypatch.setitem(idx.IDX_DATASETS, name, dataclasses.replace(spec, system_dirs=dirs))
 
 
+FASHION_MNIST_FILES = (
+    "train-images-idx3-ubyte.gz",
+    "train-labels-idx1-ubyte.gz",
+    "t10k-images-idx3-ubyte.gz",
+    "t10k-labels-idx1-ubyte.gz",
+)
+
+
+@pytest.fixture
+def fashion_mnist(system_data) -> Path:
+    """The folder of Debian's ``dataset-fashion-mnist``. Where the package is absent the test
+    skips and says why; on CI (``CI`` set) it fails instead: .ci/run installs the package."""
+    folder = Path(SYSTEM_DATA["fashionmnist"][0])
+    missing = [f for f in FASHION_MNIST_FILES if not (folder / f).is_file()]
+    if missing:
+        why = (
+            f"Fashion-MNIST is not installed ({folder}/{missing[0]} is missing): "
+            "apt-get install dataset-fashion-mnist"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(f"{why} — .ci/run installs it, so CI must have it")
+        pytest.skip(why)
+    return folder
+
+
 def method_env(
     layout,
     num_clients: int = 2,

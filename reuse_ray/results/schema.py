@@ -199,6 +199,8 @@ TRIALS = pa.schema(
         # the last round the trial's run recorded: below the final round for a trial a
         # scheduler stopped (status "stopped"), so the rung it reached
         pa.field("round_reached", pa.int64()),
+        # what the trial cost: round_reached x fl.clients_per_round (a search budget's unit)
+        pa.field("client_rounds", pa.int64()),
         # robust selection (search.reeval_*): the objective's mean over the search seed and
         # the re-evaluation seeds, on a candidate's search row; a re-evaluation row's seed
         pa.field("selection_mean", pa.float64()),

@@ -40,6 +40,7 @@ from ..errors import UserError
 from ..results import read_table
 from ..results.reader import STUDY_FILE, read_metadata
 from ..results.storage import Storage, display
+from . import study_select
 from .spec import (
     SweepSpec,
 )
@@ -60,6 +61,14 @@ def _metadata(spec: StudySpec, started: str, wall: float | None, status: str) ->
         "workloads": list(spec.workloads),
         "arms": [a.name for a in spec.arms],
         "trials_per_arm": spec.trials_per_arm,
+        "client_rounds": spec.client_rounds,
+        "search": {
+            "scheduler": spec.search.scheduler,
+            "grace_period": spec.search.grace_period,
+            "reduction_factor": spec.search.reduction_factor,
+            "reeval_top": spec.search.reeval_top,
+            "reeval_seeds": list(spec.search.reeval_seeds),
+        },
         "objectives": list(spec.objectives),
         "retention": spec.retention,
         "retention_reference": spec.retention_reference,
@@ -85,30 +94,6 @@ def _machine() -> str:
     except (ValueError, OSError):
         pass
     return f"{os.cpu_count()} CPUs ({cpu}){mem}, {platform.system()}"
-
-
-def _select(trials: pd.DataFrame, spec: StudySpec) -> dict[str, dict[str, Any]]:
-    """arm -> {objective: trials row} chosen on validation metrics only."""
-    ok = trials[trials["status"].eq("finished") & trials["val_acc"].notna()]
-    ref = ok[ok["arm"] == spec.retention_reference]["val_acc"]
-    bar = spec.retention * float(ref.max()) if len(ref) else None
-    out: dict[str, dict[str, Any]] = {}
-    for arm in (a.name for a in spec.arms):
-        g = ok[ok["arm"] == arm]
-        if not len(g):
-            continue
-        chosen = {
-            "val_acc": g.sort_values(["val_acc", "trial_index"], ascending=[False, True]).iloc[0]
-        }
-        if "retention" in spec.objectives and bar is not None:
-            keep = g[g["val_acc"] >= bar]
-            if len(keep):
-                chosen["retention"] = keep.sort_values(
-                    ["cum_saving_restricted", "val_acc", "trial_index"],
-                    ascending=[False, False, True],
-                ).iloc[0]
-        out[arm] = chosen
-    return out
 
 
 def run_study(
@@ -160,27 +145,41 @@ def run_study(
         f"{len(spec.workloads)} workloads ({', '.join(spec.workloads)}), then the selected "
         f"configurations on fresh seeds {list(spec.final_seeds)}"
     )
-    final_runs = []
+    final_runs, gaps = [], {}
     for w in spec.workloads:
         sweep = spec.sweep_spec(w)
         concurrency = derive_concurrency(sweep, ray.cluster_resources())
         points = [dict(p, label=a.name) for a in spec.arms for p in arm_points(spec, a)]
-        say(f"[{w}] search: {len(points)} trials ({n} per arm), {concurrency} at a time")
+        per_round = sweep.run_config().fl.clients_per_round
+        budget = sweep.search.client_rounds
+        say(
+            f"[{w}] search: {len(points)} trials ({n} per arm), {concurrency} at a time"
+            if not budget
+            else f"[{w}] search: up to {n} configurations per arm, {budget} client-rounds per "
+            f"arm, {concurrency} trials at a time"
+        )
         launch(
             sweep,
             "search",
-            param_space={"final": tune.grid_search(points)},
             concurrency=concurrency,
             resume=resume,
             say=say,
             verbose=verbose,
             total=len(points),
             mlflow=mlflow,
+            **_search_args(spec, sweep, points, per_round),
         )
         trials = _trials(spec, sweep, points)
-        chosen = _select(trials, spec)
-        trials = _mark(trials, chosen)
+        if spec.search.reeval_top:
+            trials = study_select.reeval(
+                spec, sweep, trials, _trials, concurrency, resume, say, verbose, mlflow
+            )
+        trials = study_select.selection_values(trials, spec)
+        chosen = study_select.select(trials, spec)
+        trials = study_select.mark(trials, chosen)
         write_trials(spec.results_dir, sweep.name, trials.drop(columns=["trial_index"]))
+        for line in study_select.budget_lines(trials, spec, budget):
+            say(f"[{w}] {line}")
         for arm in (a.name for a in spec.arms):
             got = chosen.get(arm, {})
             text = (
@@ -216,30 +215,52 @@ def run_study(
             mlflow=mlflow,
         )
         runs = read_table(spec.results_dir, "runs")
-        final_runs.append(runs[(runs["stage"] == "final") & (runs["sweep"] == sweep.name)])
+        finals_w = runs[(runs["stage"] == "final") & (runs["sweep"] == sweep.name)]
+        final_runs.append(finals_w)
+        gaps[w] = study_select.selection_gaps(trials, chosen, finals_w)
+        for arm, g in gaps[w].items():
+            say(
+                f"[{w}] selection gap of {arm} (search − fresh-seed validation accuracy): "
+                f"{g['search_seed']:+.4f} on the search seed"
+                + (
+                    f", {g['mean']:+.4f} as the mean over {g['seeds']} search seeds"
+                    if g["seeds"] > 1
+                    else ""
+                )
+            )
     wall = time.perf_counter() - t0
-    store.write_bytes(
-        STUDY_FILE, json.dumps(_metadata(spec, started, wall, "finished"), indent=2).encode()
-    )
+    meta = dict(_metadata(spec, started, wall, "finished"), selection_gaps=gaps)
+    store.write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
     say(f"study {spec.name} finished in {wall / 60:.1f} min; Parquet: {where}")
     report_at_end(spec.results_dir, say)
     return pd.concat(final_runs, ignore_index=True)
 
 
-def _trials(spec: StudySpec, sweep: SweepSpec, points: list[dict[str, Any]]) -> pd.DataFrame:
-    """One row per search trial, read from the runs table (the record), in point order."""
+def _trials(
+    spec: StudySpec,
+    sweep: SweepSpec,
+    points: list[dict[str, Any]],
+    stage: str = "search",
+) -> pd.DataFrame:
+    """One row per trial of ``stage``, read from the runs table (the record), in point order.
+    With a client-round budget, a point its arm's budget left untried has no row."""
     runs = read_table(spec.results_dir, "runs").drop_duplicates("run_id", keep="last")
     runs = runs.set_index("run_id")
+    per_round = sweep.run_config().fl.clients_per_round
     rows = []
     for k, point in enumerate(points):
-        params = {key: v for key, v in point.items() if key != "label"}
-        run_id = sweep.run_config(params).run_id
+        params = {key: v for key, v in point.items() if key not in ("label", "seed")}
+        seed = point.get("seed")
+        run_id = sweep.run_config(params if seed is None else {**params, "seed": seed}).run_id
         r = runs.loc[run_id] if run_id in runs.index else None
+        if r is None and sweep.search.client_rounds and stage == "search":
+            continue
         val = None if r is None or pd.isna(r["final_val_acc"]) else float(r["final_val_acc"])
+        reached = None if r is None else int(r["rounds_completed"])
         rows.append(
             trial_row(
                 sweep=sweep.name,
-                stage="search",
+                stage=stage,
                 run_id=run_id,
                 searcher="random",
                 objective=",".join(spec.objectives),
@@ -250,27 +271,43 @@ def _trials(spec: StudySpec, sweep: SweepSpec, points: list[dict[str, Any]]) -> 
                 cum_up_restricted=None if r is None else _num(r["cum_up_restricted"]),
                 cum_saving_restricted=None if r is None else _num(r["cum_saving_restricted"]),
                 error=None if r is None else r["error"],
-                round_reached=None if r is None else int(r["rounds_completed"]),
+                round_reached=reached,
+                client_rounds=None if reached is None else reached * per_round,
                 arm=point["label"],
-                trial_index=k,
+                seed=seed,
+                trial_index=k if stage == "search" else None,
             )
         )
     return pd.DataFrame(rows)
 
 
+def _search_args(spec: StudySpec, sweep: SweepSpec, points: list, per_round: int) -> dict:
+    """How Tune gets the search's points: a plain grid, or (with a scheduler or a client-round
+    budget) :class:`.study_search.ArmPoints` with a scheduler per arm and a budget per arm."""
+    s = sweep.search
+    if not s.client_rounds and s.scheduler == "none":
+        from ray import tune
+
+        return {"param_space": {"final": tune.grid_search(points)}}
+    from .budget import ClientRoundBudget
+    from .study_search import ArmPoints, MakeScheduler, PerArm
+
+    make = MakeScheduler(
+        s.scheduler, sweep.run_config().fl.rounds, s.grace_period, s.reduction_factor
+    )
+    return {
+        "param_space": {},
+        "search_alg": ArmPoints(points, s.client_rounds, per_round),
+        "num_samples": len(points),
+        "scheduler": None if s.scheduler == "none" else PerArm(make),
+        "stop": ClientRoundBudget(s.client_rounds, per_round, per_label=True)
+        if s.client_rounds
+        else None,
+    }
+
+
 def _num(v: Any) -> float | None:
     return None if v is None or pd.isna(v) else float(v)
-
-
-def _mark(trials: pd.DataFrame, chosen: dict[str, dict[str, Any]]) -> pd.DataFrame:
-    trials = trials.copy()
-    by = {}
-    for objectives in chosen.values():
-        for o, row in objectives.items():
-            by.setdefault(int(row["trial_index"]), []).append(o)
-    trials["selected_for"] = [",".join(by.get(k, [])) or None for k in trials["trial_index"]]
-    trials["selected"] = trials["selected_for"].notna()
-    return trials
 
 
 __all__ = [

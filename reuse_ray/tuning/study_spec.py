@@ -15,10 +15,13 @@ from ..config import ConfigError
 from ..configio import apply_overrides
 from ..results.storage import anchored
 from ..yamlio import load_yaml_mapping
+from .fields import _deep_copy
 from .spec import (
     SearchSpec,
     SweepSpec,
     TrialSpec,
+    _check_reeval,
+    _check_scheduler,
     _checkpoint_every,
     _choice,
     _positive,
@@ -35,6 +38,7 @@ TOP = (
     "workloads",
     "arms",
     "budget",
+    "search",
     "shared",
     "topk_range",
     "objectives",
@@ -80,13 +84,19 @@ class StudySpec:
     results_dir: str
     dated: bool = False
     scale: str | None = None
+    # budget.client_rounds per arm and workload (0: trials_per_arm full runs) and the search
+    # block: scheduler, grace_period, reduction_factor, reeval_top, reeval_seeds (a sweep's)
+    search: SearchSpec = SearchSpec(searcher="random")
+    client_rounds: dict[str, int] = dataclasses.field(default_factory=dict)  # 0: no budget
 
     def sweep_spec(self, workload: str) -> SweepSpec:
         """The sweep machinery's view of one workload: its base and this study's trials."""
         return SweepSpec(
             name=f"{self.name}-{workload}",
             base=self.workloads[workload],
-            search=SearchSpec(),
+            search=dataclasses.replace(
+                self.search, client_rounds=self.client_rounds.get(workload, 0)
+            ),
             trial=self.trial,
             final=None,
             results_dir=self.results_dir,
@@ -151,9 +161,24 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
             except ConfigError as err:
                 raise ConfigError(f"arms.{a}.space", str(err).split(": ", 1)[-1]) from None
         arms.append(Arm(str(a), dict(fixed), space))
-    budget = _take(raw.get("budget"), "budget", ("trials_per_arm", "seed"))
+    budget = _take(raw.get("budget"), "budget", ("trials_per_arm", "seed", "client_rounds"))
     trials_per_arm = budget.get("trials_per_arm", 6)
     _positive("budget.trials_per_arm", trials_per_arm, integer=True)
+    client_rounds = budget.get("client_rounds", 0)
+    if isinstance(client_rounds, dict):  # per workload: its rounds and clients differ
+        unknown = sorted(set(client_rounds) - set(workloads))
+        if unknown or set(client_rounds) != set(workloads):
+            raise ConfigError(
+                "budget.client_rounds",
+                f"{sorted(client_rounds)}; allowed: one number, or one per workload "
+                f"({', '.join(workloads)})",
+            )
+        for w, v in client_rounds.items():
+            _positive(f"budget.client_rounds.{w}", v, integer=True)
+        budgets = {str(w): int(v) for w, v in client_rounds.items()}
+    else:
+        _positive("budget.client_rounds", client_rounds, integer=True, zero=True)
+        budgets = {str(w): int(client_rounds) for w in workloads}
     sampler_seed = budget.get("seed", 0)
     _seed("budget.seed", sampler_seed)
     shared_raw = raw.get("shared") or {"train.lr": [0.01, 0.2, "log"]}
@@ -203,6 +228,7 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
     for w, v in targets.items():
         if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
             raise ConfigError(f"targets.{w}", f"{v!r}; allowed: a number in (0, 1]")
+    search = _search(raw.get("search"), workloads, seeds)
     trial = parse_trial(raw.get("trial"))
     location, relative = anchored(raw.get("results_dir") or f"studies/{name}")
     spec = StudySpec(
@@ -223,6 +249,8 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
         checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
         results_dir=location,
         dated=relative,
+        search=search,
+        client_rounds=budgets,
     )
     for a in spec.arms:  # every arm's first point must be a valid run on every workload
         point = arm_points(spec, a, count=1)[0]
@@ -232,6 +260,38 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
             except ConfigError as err:
                 raise ConfigError(f"arms.{a.name}", f"on workload {w}: {err}") from None
     return spec
+
+
+def _search(raw: Any, workloads: dict, final_seeds) -> SearchSpec:
+    """The study's ``search`` block: a scheduler per arm (rungs in rounds, on evaluation rounds
+    of every workload) and robust selection (re-evaluation seeds, search seeds only)."""
+    block = _take(
+        raw,
+        "search",
+        ("scheduler", "grace_period", "reduction_factor", "reeval_top", "reeval_seeds"),
+    )
+    search = SearchSpec(
+        searcher="random",
+        scheduler=block.get("scheduler", "none"),
+        grace_period=block.get("grace_period", 1),
+        reduction_factor=block.get("reduction_factor", 3),
+        reeval_top=block.get("reeval_top", 0),
+        reeval_seeds=block.get("reeval_seeds", ()),
+    )
+    for w, base in workloads.items():
+        try:
+            _check_scheduler(search, _validate(_deep_copy(base)).fl.rounds)
+        except ConfigError as err:
+            raise ConfigError(f"{err.field} (workload {w})", str(err).split(": ", 1)[-1]) from None
+    search = _check_reeval(search)
+    used = {int(b.get("seed", 0)) for b in workloads.values()} | {int(s) for s in final_seeds}
+    clash = sorted(set(search.reeval_seeds) & used)
+    if clash:
+        raise ConfigError(
+            "search.reeval_seeds",
+            f"{clash} are search or final seeds; allowed: further seeds, used by nothing else",
+        )
+    return search
 
 
 def load_study(

@@ -146,7 +146,7 @@ def _reference_val(spec: SweepSpec, say) -> float | None:
 def _trials_table(
     spec: SweepSpec, results, reference: float | None, stage: str = "search"
 ) -> pd.DataFrame:
-    runs = _safe_runs(spec.results_dir)
+    runs, per_round = _safe_runs(spec.results_dir), spec.run_config().fl.clients_per_round
     rows = []
     for r in results:
         metrics = r.metrics or {}
@@ -190,6 +190,7 @@ def _trials_table(
                 objective_value=value if known else None,
                 error=_error_text(r.error) if r.error else None,
                 round_reached=reached,
+                client_rounds=None if reached is None else int(reached) * per_round,
                 seed=seed,
             )
         )

@@ -52,6 +52,7 @@ def trial_metrics(
     reference: float | None,
     run_id: str,
     status: str,
+    label: str | None = None,
 ) -> dict[str, Any]:
     """What a trial reports to Tune, from a ``rounds`` row (per round) or the ``runs`` row (at
     the end): validation metrics and cumulative bytes only, never a test metric."""
@@ -73,6 +74,7 @@ def trial_metrics(
         ),
         "run_id": run_id,
         "status": status,
+        "label": label,  # a study's arm: its scheduler and budget are the arm's own
     }
 
 
@@ -90,8 +92,11 @@ class TuneReporter(Observer):
     """Reports each round of a trial to Tune (validation metrics and bytes, never a test
     metric), with the run's state as a Tune checkpoint on checkpoint rounds."""
 
-    def __init__(self, spec: SweepSpec, run_id: str, reference_val: float | None):
+    def __init__(
+        self, spec: SweepSpec, run_id: str, reference_val: float | None, label: str | None
+    ):
         self.spec, self.run_id, self.reference_val = spec, run_id, reference_val
+        self.label = label
         self.rounds = spec.run_config().fl.rounds
 
     def on_round(self, rec: RoundDone) -> None:
@@ -101,7 +106,7 @@ class TuneReporter(Observer):
             return  # the last round is reported once, with the runs row, when the run ends
         last = rec.last_val[0] if rec.last_val else None
         metrics = trial_metrics(
-            self.spec, rec.row, last, self.reference_val, self.run_id, "running"
+            self.spec, rec.row, last, self.reference_val, self.run_id, "running", self.label
         )
         try:
             if rec.checkpoint is None:
@@ -167,7 +172,7 @@ def trial_main(
         from .budget import spent_in
         from .reeval import PENALTY
 
-        spent = spent_in(spec.results_dir, spec.name, stage, cfg.fl.clients_per_round)
+        spent = spent_in(spec.results_dir, spec.name, stage, cfg.fl.clients_per_round, label)
         if spent >= spec.search.client_rounds:  # the budget is spent: no run, no row
             tune.report(
                 {
@@ -176,6 +181,7 @@ def trial_main(
                     "val_acc": 0.0,
                     "round": 0,
                     "val_round": 0,
+                    "label": label,
                 }
             )
             return
@@ -188,7 +194,7 @@ def trial_main(
             print(f"{cfg.run_id}: already finished in this results folder; rows kept", flush=True)
             tune.report(
                 trial_metrics(
-                    spec, kept, kept["final_val_acc"], reference_val, cfg.run_id, "finished"
+                    spec, kept, kept["final_val_acc"], reference_val, cfg.run_id, "finished", label
                 )
             )
             return
@@ -202,7 +208,7 @@ def trial_main(
         resume=resume,
         force=True,  # a repeated identical trial recomputes the same rows and replaces them
         mlflow=mlflow,
-        observers=(TuneReporter(spec, cfg.run_id, reference_val),),
+        observers=(TuneReporter(spec, cfg.run_id, reference_val, label),),
     )
     summary = run_fl(
         cfg,
@@ -216,5 +222,7 @@ def trial_main(
         # report: a return would make Tune wait for one)
         raise SystemExit(0)
     tune.report(
-        trial_metrics(spec, row, row["final_val_acc"], reference_val, cfg.run_id, summary.status)
+        trial_metrics(
+            spec, row, row["final_val_acc"], reference_val, cfg.run_id, summary.status, label
+        )
     )

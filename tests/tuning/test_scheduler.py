@@ -135,3 +135,73 @@ def test_a_client_round_budget_ends_the_search_and_asha_buys_more_configurations
     assert tried["plain"] < 6  # the budget, not the grid, ended the plain search
     assert tried["asha"] > tried["plain"], tried
     assert sum(m.startswith("client-round budget: ") for m in said) == 2, said
+
+
+def _study(tmp_path, budget: int) -> dict:
+    base = copy.deepcopy(BASE)
+    base["seed"] = 101
+    base.pop("method")
+    return {
+        "name": "budget",
+        "kind": "study",
+        "budget": {"trials_per_arm": 12, "client_rounds": budget, "seed": 0},
+        "search": {
+            "scheduler": "asha",
+            "grace_period": 1,
+            "reduction_factor": 2,
+            "reeval_top": 1,
+            "reeval_seeds": [202],
+        },
+        "shared": {"train.lr": [1e-5, 0.2, "log"]},
+        "objectives": ["val_acc"],
+        "final": {"seeds": [1001, 1002]},
+        "trial": {"backend": "local", "cpus": 1},
+        "checkpoint_every": 2,
+        "results_dir": str(tmp_path / "study"),
+        "workloads": {"digits": base},
+        "arms": {
+            "fedavg": {"fixed": {"method.name": "fedavg", "method.topk_ratio": 1.0}},
+            "topk": {"fixed": {"method.name": "fedavg", "method.topk_ratio": 0.2}},
+            "lossy": {"fixed": {"method.name": "fedavg", "method.topk_ratio": 0.01}},
+        },
+    }
+
+
+def test_a_study_gives_every_arm_its_own_budget_and_scheduler_and_selects_robustly(tmp_path):
+    from reuse_ray.tuning.study import parse_study, run_study
+
+    budget = 2 * 24  # two full runs' worth per arm (6 rounds x 4 clients)
+    spec = parse_study(_study(tmp_path, budget))
+    said: list[str] = []
+    run_study(spec, say=said.append)
+    out = spec.results_dir
+    trials = read_table(out, "trials")
+    runs = read_table(out, "runs").set_index("run_id")
+    search = trials[trials["stage"] == "search"]
+    for arm, g in search.groupby("arm"):
+        spent = int(g["client_rounds"].sum())
+        # each arm's own budget, give or take what its running trials trained before they heard
+        assert budget <= spent <= budget + 2 * 24, (arm, spent)
+        assert len(g) < 12  # the budget, not the draw, ended the arm's search
+        assert (runs.loc[g["run_id"], "test_reads"] == 0).all()
+    assert search["status"].eq("stopped").any(), search[["arm", "status", "round_reached"]]
+    assert len(search) > 3 * 2  # ASHA bought more than two full runs' configurations per arm
+    # robust selection: each arm's best finished configuration again on seed 202, validation only
+    again = trials[trials["stage"] == "reeval"]
+    assert set(again["arm"]) == {"fedavg", "topk", "lossy"} and set(again["seed"]) == {202}
+    assert (runs.loc[again["run_id"], "test_reads"] == 0).all()
+    chosen = trials[trials["selected"]]
+    assert len(chosen) == 3 and chosen["status"].eq("finished").all()
+    for _, row in chosen.iterrows():
+        twin = again[(again["arm"] == row["arm"]) & (again["params_json"] == row["params_json"])]
+        assert row["selection_mean"] == pytest.approx(
+            (row["val_acc"] + twin["val_acc"].iloc[0]) / 2
+        )
+    final = read_table(out, "runs")
+    final = final[final["stage"] == "final"]
+    assert set(final["label"]) == {"fedavg", "topk", "lossy"} and set(final["seed"]) == {1001, 1002}
+    meta = json.loads((tmp_path / "study" / "study.json").read_text())
+    assert set(meta["selection_gaps"]["digits"]) == {"fedavg", "topk", "lossy"}
+    assert meta["client_rounds"] == {"digits": budget} and meta["search"]["scheduler"] == "asha"
+    assert any(m.startswith("[digits] topk: ") and "stopped early" in m for m in said), said
+    assert any("selection gap of topk" in m and "mean over 2 search seeds" in m for m in said)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,7 +12,8 @@ import pytest
 import yaml
 
 from reuse_ray.config import ConfigError
-from reuse_ray.tuning.study import _select, arm_points, load_study, parse_study
+from reuse_ray.tuning.study import arm_points, load_study, parse_study
+from reuse_ray.tuning.study_select import select, selection_values
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "sweeps" / "study.yaml"
@@ -34,7 +36,28 @@ def _raw() -> dict:
         (lambda r: r.update(objectives=["retention"]), "objectives", "val_acc"),
         (lambda r: r["budget"].update(trials_per_arm=0), "budget.trials_per_arm", "> 0"),
         (lambda r: r.update(shared={"train.lr": [0.2, 0.01]}), "shared.train.lr", "low < high"),
-        (lambda r: r["targets"].update(mnist=0.9), "targets", "digits, synthetic"),
+        (lambda r: r["targets"].update(mnist=0.9), "targets", "digits, fashionmnist"),
+        (
+            lambda r: r["budget"].update(client_rounds={"digits": 5}),
+            "budget.client_rounds",
+            "one per workload",
+        ),
+        (
+            lambda r: r["search"].update(scheduler="median"),
+            "search.scheduler (workload digits)",
+            "asha",
+        ),
+        (
+            lambda r: r["search"].update(grace_period=25),
+            "search.grace_period (workload fashionmnist)",
+            "1 to 20",
+        ),
+        (lambda r: r["search"].update(reeval_seeds=[1001]), "search.reeval_seeds", "further seeds"),
+        (
+            lambda r: r["search"].update(reeval_seeds=[]),
+            "search.reeval_seeds",
+            "further search seeds",
+        ),
         # the same shared knob over another range in one arm: refused
         (lambda r: r.update(topk_range=[0.05, 1.0, "log"]), "arms.topk_fedavg.space", "range"),
     ],
@@ -57,7 +80,8 @@ def test_every_arm_gets_the_same_budget_and_the_same_shared_ranges():
     assert len(spec.arms) == 16
     for arm in spec.arms:
         points = arm_points(spec, arm)
-        assert len(points) == spec.trials_per_arm == 8
+        assert len(points) == spec.trials_per_arm == 24  # the most an arm may try
+        assert spec.client_rounds == {"digits": 2400, "fashionmnist": 1600}  # the same for all
         assert points == arm_points(spec, arm)  # seeded: the same on every rerun
         for p in points:
             assert 0.01 <= p["train.lr"] <= 0.2
@@ -73,11 +97,18 @@ def _trials(rows):
     cols = ["arm", "status", "val_acc", "cum_saving_restricted", "params_json"]
     df = pd.DataFrame([dict(zip(cols, r, strict=True)) for r in rows])
     df["trial_index"] = range(len(df))
+    df["stage"] = "search"
     return df
 
 
+def _one_seed(spec):
+    return dataclasses.replace(
+        spec, search=dataclasses.replace(spec.search, reeval_top=0, reeval_seeds=())
+    )
+
+
 def test_selection_by_validation_accuracy_and_by_the_retention_rule():
-    spec = parse_study(_raw())
+    spec = _one_seed(parse_study(_raw()))
     trials = _trials(
         [
             ("fedavg", "finished", 0.90, 0.0, "{}"),
@@ -90,7 +121,7 @@ def test_selection_by_validation_accuracy_and_by_the_retention_rule():
             ("fed_ef", "finished", 0.70, 0.80, '{"r": 5}'),  # nothing keeps the bar
         ]
     )
-    got = _select(trials, spec)
+    got = select(selection_values(trials, spec), spec)
     assert got["topk_fedavg"]["val_acc"]["params_json"] == '{"r": 1}'
     assert got["topk_fedavg"]["retention"]["params_json"] == '{"r": 2}'
     assert got["fedavg"]["retention"]["val_acc"] == 0.90
@@ -99,7 +130,7 @@ def test_selection_by_validation_accuracy_and_by_the_retention_rule():
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_the_small_study_end_to_end(tmp_path):
+def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
     import ray
 
     from reuse_ray.results import read_table
@@ -139,7 +170,7 @@ def test_the_small_study_end_to_end(tmp_path):
     md = (out / "report" / "report.md").read_text()
     assert "Study `study` (scale `small`)" in md and "Δ test acc vs topk_fedavg" in md
     assert (out / "report" / "pareto_arms.png").is_file()
-    assert "## Bytes to validation accuracy digits 0.85, synthetic 0.5" in md
+    assert "## Bytes to validation accuracy digits 0.85, fashionmnist 0.7" in md
     assert any(line.startswith("study study finished") for line in said)
 
 
@@ -202,3 +233,137 @@ def test_report_leaderboard_prints_the_study_header(tmp_path, capsys):
     assert "Study `study`: 2 arms on digits; 6 validation-only search trials" in out
     assert "Run 2026-11-30 on 2 CPUs (test), wall time 60 min." in out
     assert "Δ test acc vs fed_ef" in out and "+0.020 (2 pairs)" in out
+    # a budget in client-rounds with ASHA and robust selection: said, and a table per arm
+    from reuse_ray.tuning.trials import trial_row, write_trials
+
+    rows = [
+        trial_row(
+            sweep="study-digits",
+            stage=stage,
+            run_id=f"r{k}",
+            searcher="random",
+            objective="val_acc",
+            params={"k": k},
+            status=status,
+            arm="topk_fedavg",
+            round_reached=reached,
+            client_rounds=reached * 10,
+            seed=seed,
+        )
+        for k, (stage, status, reached, seed) in enumerate(
+            [
+                ("search", "finished", 30, None),
+                ("search", "stopped", 5, None),
+                ("search", "stopped", 15, None),
+                ("reeval", "finished", 30, 202),
+            ]
+        )
+    ]
+    write_trials(str(tmp_path), "study-digits", pd.DataFrame(rows))
+    gap = {"search_seed": 0.05, "mean": 0.01, "seeds": 2, "fresh": 0.8}
+    meta.update(
+        client_rounds={"digits": 500},
+        search={
+            "scheduler": "asha",
+            "grace_period": 5,
+            "reduction_factor": 3,
+            "reeval_top": 2,
+            "reeval_seeds": [202],
+        },
+        selection_gaps={"digits": {"topk_fedavg": gap}},
+    )
+    (tmp_path / "study.json").write_text(json.dumps(meta))
+    assert main(["report", str(tmp_path), "--leaderboard"]) == 0
+    out = capsys.readouterr().out
+    assert "equal budget per arm and workload of digits 500 client-rounds" in out
+    assert "its own ASHA scheduler (grace period 5 rounds" in out
+    assert "best 2 by each objective rerun on search seeds [202]" in out
+    assert "0.0500 on the search seed, 0.0100 as the mean over 2 search seeds" in out
+    # the budget table follows the leaderboard
+    line = [x for x in out.splitlines() if x.startswith("| digits | topk_fedavg")][-1]
+    assert [c.strip() for c in line.split("|")[3:10]] == [
+        "3",
+        "2",
+        "500",
+        "500",
+        "300",
+        "+0.050",
+        "+0.010",
+    ]
+
+
+class _Trial:
+    def __init__(self, trial_id: str, arm: str):
+        self.trial_id, self.config = trial_id, {"final": {"label": arm}}
+
+
+def test_every_arm_has_its_own_asha_so_a_weak_method_is_judged_against_itself():
+    from ray.tune.schedulers import TrialScheduler
+
+    from reuse_ray.tuning.study_search import MakeScheduler, PerArm
+
+    make = MakeScheduler("asha", max_t=6, grace_period=1, reduction_factor=2)
+    shared, per_arm = make(), PerArm(make)
+    trials = [_Trial("a1", "strong"), _Trial("a2", "strong"), _Trial("b1", "weak")]
+    for s in (shared, per_arm):
+        for t in trials:
+            s.on_trial_add(None, t)
+    got = {}
+    for s, name in ((shared, "shared"), (per_arm, "per arm")):
+        for t, acc in zip(trials, (0.9, 0.8, 0.1), strict=True):
+            got[name, t.trial_id] = s.on_trial_result(
+                None, t, {"val_round": 1, "objective": acc, "round": 1}
+            )
+    # one ASHA over every arm stops the weak method's first trial at the first rung; its own
+    # ASHA has nothing to judge it against yet and lets it go on
+    assert got["shared", "b1"] == TrialScheduler.STOP
+    assert got["per arm", "b1"] == TrialScheduler.CONTINUE
+    assert got["per arm", "a2"] == TrialScheduler.STOP  # below the strong arm's own rung
+    assert set(per_arm.arms) == {"strong", "weak"}
+
+
+def test_arm_points_offers_an_arms_points_until_its_budget_is_spent():
+    from ray.tune.search import Searcher
+
+    from reuse_ray.tuning.study_search import ArmPoints
+
+    points = [{"label": a, "train.lr": k} for a in ("x", "y") for k in range(3)]
+    s = ArmPoints(points, budget=40, clients_per_round=4)  # 10 rounds per arm
+    assert s.suggest("t1") == {"final": points[0]}
+    s.on_trial_result("t1", {"round": 6})
+    assert s.suggest("t2") == {"final": points[1]}
+    s.on_trial_complete("t2", {"round": 4})  # x has spent 40: its third point is skipped
+    assert s.suggest("t3") == {"final": points[3]}
+    assert s.suggest("t4") == {"final": points[4]}
+    assert s.suggest("t5") == {"final": points[5]}
+    assert s.suggest("t6") == Searcher.FINISHED
+    plain = ArmPoints(points)  # no budget: every point, in order
+    assert [plain.suggest(str(k))["final"] for k in range(6)] == points
+
+
+def test_robust_selection_chooses_by_the_mean_and_a_failed_rerun_counts_as_the_penalty():
+    spec = parse_study(_raw())  # reeval_top 2 on seed 202
+    trials = _trials(
+        [
+            ("fedavg", "finished", 0.90, 0.0, '{"a": 1}'),  # lucky: 0.70 on seed 202
+            ("fedavg", "finished", 0.88, 0.0, '{"a": 2}'),  # steady: 0.87
+            ("fedavg", "finished", 0.50, 0.0, '{"a": 3}'),  # no candidate: never chosen
+            ("laq", "finished", 0.80, 0.0, '{"b": 1}'),  # its rerun diverged
+            ("laq", "finished", 0.60, 0.0, '{"b": 2}'),
+        ]
+    )
+    again = _trials(
+        [
+            ("fedavg", "finished", 0.70, 0.0, '{"a": 1}'),
+            ("fedavg", "finished", 0.87, 0.0, '{"a": 2}'),
+            ("laq", "diverged", None, 0.0, '{"b": 1}'),
+            ("laq", "finished", 0.62, 0.0, '{"b": 2}'),
+        ]
+    )
+    again["stage"], again["seed"], again["trial_index"] = "reeval", 202, None
+    values = selection_values(pd.concat([trials, again], ignore_index=True), spec)
+    got = select(values, spec)
+    assert got["fedavg"]["val_acc"]["params_json"] == '{"a": 2}'
+    assert got["fedavg"]["val_acc"]["selection_mean"] == pytest.approx((0.88 + 0.87) / 2)
+    assert got["laq"]["val_acc"]["params_json"] == '{"b": 2}'  # (0.80 − 3) / 2 loses
+    assert values.loc[2, "selection_mean"] != values.loc[2, "selection_mean"]  # NaN: no rerun

@@ -1,0 +1,79 @@
+"""What a study's search cost and how well its selection held (design: Validation-only search):
+per workload and arm, the configurations tried, how many a scheduler stopped early, the
+client-rounds spent against the arm's budget, and the selection gap (search-stage minus
+fresh-seed validation accuracy of the selected configuration), on the search seed alone and as
+the mean over the search and re-evaluation seeds."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+
+def _workload(study: dict, sweep: str) -> str:
+    return sweep.removeprefix(f"{study['name']}-")
+
+
+def search_budget(trials: pd.DataFrame, study: dict) -> pd.DataFrame:
+    """One row per (workload, arm) of a study's trials table and ``study.json``."""
+    if not len(trials) or "arm" not in trials:
+        return pd.DataFrame()
+    budgets = study.get("client_rounds") or {}
+    gaps = study.get("selection_gaps") or {}
+    t = trials.copy()
+    if "client_rounds" not in t:
+        t["client_rounds"] = float("nan")
+    rows = []
+    for (sweep, arm), g in t.groupby(["sweep", "arm"], sort=False):
+        w = _workload(study, sweep)
+        search = g[g["stage"].eq("search")] if "stage" in g else g
+        again = g[g["stage"].eq("reeval")] if "stage" in g else g.head(0)
+        gap = (gaps.get(w) or {}).get(arm) or {}
+        budget = budgets.get(w) if isinstance(budgets, dict) else budgets
+        rows.append(
+            {
+                "workload": w,
+                "arm": arm,
+                "configurations": len(search),
+                "stopped early": int(search["status"].eq("stopped").sum()),
+                "client-rounds": _int(search["client_rounds"]),
+                "budget": int(budget) if budget else "",
+                "robust selection client-rounds": _int(again["client_rounds"])
+                if len(again)
+                else "",
+                "gap, search seed": _signed(gap.get("search_seed")),
+                "gap, mean of search seeds": _signed(gap.get("mean"))
+                if gap.get("seeds", 1) > 1
+                else "",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def gap_summary(study: dict) -> str:
+    """The mean absolute selection gap over every workload and arm, each way, as one line;
+    empty when the study recorded no gaps."""
+    gaps = [g for per in (study.get("selection_gaps") or {}).values() for g in per.values()]
+    if not gaps:
+        return ""
+    one = sum(abs(g["search_seed"]) for g in gaps) / len(gaps)
+    text = (
+        f"Mean absolute selection gap (search-stage minus fresh-seed validation accuracy of the "
+        f"selected configuration) over {len(gaps)} arm selections: {one:.4f} on the search seed"
+    )
+    robust = [g for g in gaps if g.get("seeds", 1) > 1]
+    if robust:
+        mean = sum(abs(g["mean"]) for g in robust) / len(robust)
+        seeds = max(g["seeds"] for g in robust)
+        text += f", {mean:.4f} as the mean over {seeds} search seeds (robust selection's value)"
+    return text + ".\n"
+
+
+def _int(values: pd.Series) -> int | str:
+    return int(values.fillna(0).sum()) if values.notna().any() else ""
+
+
+def _signed(v) -> str:
+    return "" if v is None else f"{v:+.3f}"
+
+
+__all__ = ["gap_summary", "search_budget"]

@@ -1,0 +1,135 @@
+"""A study's search with early stopping and an equal budget per arm (design: Validation-only
+search): every arm's configurations are drawn up front (:func:`.study_spec.arm_points`); Tune
+runs them arm by arm through :class:`ArmPoints`, which stops offering an arm's points once the
+arm has spent ``budget.client_rounds``; :class:`PerArm` gives every arm its own ASHA or
+HyperBand, so an arm's trials are stopped only against the same arm's rungs (a weak method is
+not cut by a strong one's accuracy). A trial running when its arm's budget is spent stops at its
+next report (:class:`.budget.ClientRoundBudget` per label); one starting after that ends at once
+without a run.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+from ray.tune.schedulers import FIFOScheduler, TrialScheduler
+from ray.tune.search import Searcher
+
+
+def _label(config: dict[str, Any]) -> str | None:
+    return (config.get("final") or config).get("label")
+
+
+class ArmPoints(Searcher):
+    """Offers ``points`` (each a Tune ``final`` config with its arm as ``label``) in order;
+    with ``budget`` > 0, an arm's remaining points are skipped once the rounds its trials
+    reported, times ``clients_per_round``, reach the budget."""
+
+    def __init__(self, points: list[dict[str, Any]], budget: int = 0, clients_per_round: int = 1):
+        super().__init__(metric="objective", mode="max")
+        self.points, self.budget, self.per_round = list(points), int(budget), clients_per_round
+        self.next = 0
+        self.arm_of: dict[str, str] = {}
+        self.reached: dict[str, int] = {}
+
+    def spent(self, arm: str) -> int:
+        rounds = (r for t, r in self.reached.items() if self.arm_of.get(t) == arm)
+        return sum(rounds) * self.per_round
+
+    def suggest(self, trial_id: str) -> dict[str, Any] | None:
+        while self.next < len(self.points):
+            point = self.points[self.next]
+            self.next += 1
+            if self.budget and self.spent(point["label"]) >= self.budget:
+                continue  # this arm's budget is spent: its further points are never tried
+            self.arm_of[trial_id] = point["label"]
+            return {"final": dict(point)}
+        return Searcher.FINISHED
+
+    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
+        rounds = int(result.get("round") or 0)
+        self.reached[trial_id] = max(self.reached.get(trial_id, 0), rounds)
+
+    def on_trial_complete(
+        self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
+    ) -> None:
+        if result:
+            self.on_trial_result(trial_id, result)
+
+    def save(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "wb") as f:  # read back only after launch's ownership checks
+            pickle.dump(self.__dict__, f)
+
+    def restore(self, checkpoint_path: str) -> None:
+        with open(checkpoint_path, "rb") as f:
+            self.__dict__.update(pickle.load(f))  # noqa: S301 - the user's own Tune state
+
+
+class PerArm(FIFOScheduler):
+    """One trial scheduler per arm, made by ``make()`` when the arm's first trial arrives;
+    every event goes to the scheduler of the trial's arm."""
+
+    def __init__(self, make):
+        super().__init__()
+        self.make, self.arms = make, {}
+
+    def _of(self, trial) -> TrialScheduler:
+        arm = _label(trial.config)
+        if arm not in self.arms:
+            self.arms[arm] = self.make()
+        return self.arms[arm]
+
+    def set_search_properties(self, metric, mode, **spec) -> bool:
+        return True  # every arm's scheduler names its metric and mode itself
+
+    def on_trial_add(self, tune_controller, trial) -> None:
+        self._of(trial).on_trial_add(tune_controller, trial)
+
+    def on_trial_error(self, tune_controller, trial) -> None:
+        self._of(trial).on_trial_error(tune_controller, trial)
+
+    def on_trial_result(self, tune_controller, trial, result) -> str:
+        return self._of(trial).on_trial_result(tune_controller, trial, result)
+
+    def on_trial_complete(self, tune_controller, trial, result) -> None:
+        self._of(trial).on_trial_complete(tune_controller, trial, result)
+
+    def on_trial_remove(self, tune_controller, trial) -> None:
+        self._of(trial).on_trial_remove(tune_controller, trial)
+
+    def choose_trial_to_run(self, tune_controller):
+        for s in self.arms.values():
+            trial = s.choose_trial_to_run(tune_controller)
+            if trial is not None:
+                return trial
+        return super().choose_trial_to_run(tune_controller)
+
+    def debug_string(self) -> str:
+        return "\n".join(f"{a}: {s.debug_string()}" for a, s in self.arms.items())
+
+
+class MakeScheduler:
+    """A picklable factory of one arm's scheduler (Tune saves the scheduler with its state)."""
+
+    def __init__(self, kind: str, max_t: int, grace_period: int, reduction_factor: int):
+        self.kind, self.max_t = kind, max_t
+        self.grace_period, self.reduction_factor = grace_period, reduction_factor
+
+    def __call__(self) -> TrialScheduler:
+        from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler
+
+        common = {"time_attr": "val_round", "metric": "objective", "mode": "max"}
+        if self.kind == "asha":
+            return ASHAScheduler(
+                max_t=self.max_t,
+                grace_period=self.grace_period,
+                reduction_factor=self.reduction_factor,
+                **common,
+            )
+        return HyperBandScheduler(
+            max_t=self.max_t, reduction_factor=self.reduction_factor, **common
+        )
+
+
+__all__ = ["ArmPoints", "MakeScheduler", "PerArm"]

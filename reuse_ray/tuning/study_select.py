@@ -1,0 +1,202 @@
+"""A study's selection (design: Validation-only search): robust selection's re-evaluation
+stage, the selection values it yields, the choice per arm and objective, and what the choice
+cost and how far it held on fresh seeds.
+
+With ``search.reeval_top``, every arm's best few search configurations (by validation accuracy,
+and by the retention rule) run again on each ``search.reeval_seeds`` seed, validation only, as
+trials of their own stage ``reeval``; the arm is then chosen among those candidates by the mean
+over the search and re-evaluation seeds.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pandas as pd
+
+from .study_spec import StudySpec
+
+
+def select(trials: pd.DataFrame, spec: StudySpec) -> dict[str, dict[str, Any]]:
+    """arm -> {objective: trials row} chosen on validation metrics only: by ``sel_val`` and
+    ``sel_saving`` (a search row's own values, or with robust selection its candidates' means
+    over the search and re-evaluation seeds; then only candidates are chosen)."""
+    ok = trials[
+        trials["stage"].eq("search") & trials["status"].eq("finished") & trials["val_acc"].notna()
+    ]
+    if spec.search.reeval_top:
+        ok = ok[ok["selection_mean"].notna()]
+    ref = ok[ok["arm"] == spec.retention_reference]["sel_val"]
+    bar = spec.retention * float(ref.max()) if len(ref) else None
+    out: dict[str, dict[str, Any]] = {}
+    for arm in (a.name for a in spec.arms):
+        g = ok[ok["arm"] == arm]
+        if not len(g):
+            continue
+        chosen = {
+            "val_acc": g.sort_values(["sel_val", "trial_index"], ascending=[False, True]).iloc[0]
+        }
+        if "retention" in spec.objectives and bar is not None:
+            keep = g[g["sel_val"] >= bar]
+            if len(keep):
+                chosen["retention"] = keep.sort_values(
+                    ["sel_saving", "sel_val", "trial_index"],
+                    ascending=[False, False, True],
+                ).iloc[0]
+        out[arm] = chosen
+    return out
+
+
+def candidates(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
+    """Per arm, the search rows robust selection re-evaluates: the best ``reeval_top`` by
+    validation accuracy, and the best ``reeval_top`` by the retention rule on the search seed
+    (largest saving keeping the bar, set by the reference arm's best)."""
+    ok = trials[trials["status"].eq("finished") & trials["val_acc"].notna()]
+    ok = ok.drop_duplicates(["arm", "params_json"])
+    top = spec.search.reeval_top
+    ref = ok[ok["arm"] == spec.retention_reference]["val_acc"]
+    bar = spec.retention * float(ref.max()) if len(ref) else None
+    picks = []
+    for _, g in ok.groupby("arm", sort=False):
+        picks.append(g.sort_values(["val_acc", "trial_index"], ascending=[False, True]).head(top))
+        if "retention" in spec.objectives and bar is not None:
+            keep = g[g["val_acc"] >= bar].sort_values(
+                ["cum_saving_restricted", "val_acc"], ascending=False
+            )
+            picks.append(keep.head(top))
+    if not picks:
+        return ok.head(0)
+    return pd.concat(picks).drop_duplicates(["arm", "params_json"])
+
+
+def reeval(spec, sweep, trials, table, concurrency, resume, say, verbose, mlflow) -> pd.DataFrame:
+    """Robust selection's stage ``reeval``: every arm's candidates on each further search seed
+    (validation only), appended to the trials as rows of that stage (``table(spec, sweep,
+    points, stage)`` reads them from the runs table)."""
+    from ray import tune
+
+    from .launch import launch
+
+    cands = candidates(trials, spec)
+    pts = [
+        dict(json.loads(row["params_json"]), seed=int(s), label=row["arm"])
+        for _, row in cands.iterrows()
+        for s in spec.search.reeval_seeds
+    ]
+    if not pts:
+        return trials
+    say(
+        f"[{sweep.name.removeprefix(spec.name + '-')}] robust selection: {len(cands)} candidate "
+        f"configurations again on search seeds {list(spec.search.reeval_seeds)} ({len(pts)} "
+        "validation-only runs)"
+    )
+    launch(
+        sweep,
+        "reeval",
+        param_space={"final": tune.grid_search(pts)},
+        concurrency=concurrency,
+        resume=resume,
+        say=say,
+        verbose=verbose,
+        total=len(pts),
+        mlflow=mlflow,
+    )
+    return pd.concat([trials, table(spec, sweep, pts, stage="reeval")], ignore_index=True)
+
+
+def selection_values(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
+    """``sel_val`` / ``sel_saving`` per search row: its own values, or for a re-evaluated
+    candidate the means over its search run and one run per re-evaluation seed (a seed whose
+    run did not finish counts as the penalty: a configuration that fails again loses);
+    ``selection_mean`` records the candidates' mean validation accuracy."""
+    from .reeval import PENALTY
+
+    out = trials.copy()
+    out["sel_val"] = out["val_acc"]
+    out["sel_saving"] = out["cum_saving_restricted"]
+    out["selection_mean"] = float("nan")
+    if "stage" not in out or not out["stage"].eq("reeval").any():
+        return out
+    again = out[out["stage"].eq("reeval")]
+    for idx, row in out[out["stage"].eq("search")].iterrows():
+        mine = again[again["arm"].eq(row["arm"]) & again["params_json"].eq(row["params_json"])]
+        if not len(mine) or row["status"] != "finished" or pd.isna(row["val_acc"]):
+            continue
+        per_seed = {
+            int(r["seed"]): (r["val_acc"], r["cum_saving_restricted"])
+            for _, r in mine.iterrows()
+            if r["status"] == "finished" and not pd.isna(r["val_acc"])
+        }
+        vals = [row["val_acc"]] + [
+            per_seed.get(s, (PENALTY, 0.0))[0] for s in spec.search.reeval_seeds
+        ]
+        savings = [row["cum_saving_restricted"] or 0.0] + [
+            per_seed.get(s, (0.0, 0.0))[1] or 0.0 for s in spec.search.reeval_seeds
+        ]
+        out.loc[idx, ["sel_val", "selection_mean"]] = sum(vals) / len(vals)
+        out.loc[idx, "sel_saving"] = sum(savings) / len(savings)
+    return out
+
+
+def budget_lines(trials: pd.DataFrame, spec: StudySpec, budget: int) -> list[str]:
+    """Per arm: configurations tried, how many a scheduler or the budget stopped, client-rounds
+    spent by the search and by robust selection, against the budget."""
+    lines = []
+    for arm in (a.name for a in spec.arms):
+        t = trials[trials["arm"].eq(arm)]
+        search = t[t["stage"].eq("search")]
+        spent = int(search["client_rounds"].fillna(0).sum())
+        again = int(t[t["stage"].eq("reeval")]["client_rounds"].fillna(0).sum())
+        of = f" of {budget}" if budget else ""
+        lines.append(
+            f"{arm}: {len(search)} configurations ({int(search['status'].eq('stopped').sum())} "
+            f"stopped early), {spent}{of} client-rounds"
+            + (f", robust selection {again} more" if again else "")
+        )
+    return lines
+
+
+def selection_gaps(
+    trials: pd.DataFrame, chosen: dict[str, dict[str, Any]], finals: pd.DataFrame
+) -> dict[str, dict[str, float]]:
+    """Per arm's main (val_acc) selection: search-stage minus fresh-seed validation accuracy,
+    on the search seed alone and as the mean over the search and re-evaluation seeds."""
+    out = {}
+    for arm, got in chosen.items():
+        row = got.get("val_acc")
+        fresh = finals[finals["label"].eq(arm)]["final_val_acc"]
+        if row is None or not fresh.notna().any():
+            continue
+        seeds = 1 + int(
+            (
+                trials["stage"].eq("reeval")
+                & trials["arm"].eq(arm)
+                & trials["params_json"].eq(row["params_json"])
+            ).sum()
+        )
+        f = float(fresh.mean())
+        out[arm] = {
+            "search_seed": float(row["val_acc"]) - f,
+            "mean": float(row["sel_val"]) - f,
+            "seeds": seeds,
+            "fresh": f,
+        }
+    return out
+
+
+def mark(trials: pd.DataFrame, chosen: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    trials = trials.copy()
+    by = {}
+    for objectives in chosen.values():
+        for o, row in objectives.items():
+            by.setdefault(int(row["trial_index"]), []).append(o)
+    trials["selected_for"] = [
+        (",".join(by.get(int(k), [])) or None) if pd.notna(k) else None
+        for k in trials["trial_index"]
+    ]
+    trials["selected"] = trials["selected_for"].notna()
+    return trials.drop(columns=["sel_val", "sel_saving"])
+
+
+__all__ = ["budget_lines", "mark", "reeval", "select", "selection_gaps", "selection_values"]
