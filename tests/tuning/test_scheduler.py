@@ -131,6 +131,7 @@ def test_a_client_round_budget_ends_the_search_and_asha_buys_more_configurations
         # spent, give or take what the running trials trained before they heard
         assert budget <= spent <= budget + 2 * 24, (name, spent)
         assert set(trials["status"]) <= {"finished", "stopped"}, trials["status"]
+        assert (trials["client_rounds"] == trials["round_reached"] * 4).all()
         tried[name] = len(trials)
     assert tried["plain"] < 6  # the budget, not the grid, ended the plain search
     assert tried["asha"] > tried["plain"], tried
