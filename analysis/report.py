@@ -261,13 +261,16 @@ def study_header(study: dict, res: Results) -> str:
     )
 
 
-def budget_section(study: dict, res: Results) -> list[str]:
-    """The study's search budget per workload and arm, and its selection gaps."""
-    from .studies import gap_summary, search_budget
+def budget_section(study: dict, res: Results, full: bool = True) -> list[str]:
+    """The study's search budget per workload and arm, and its selection gaps (``full``: the
+    table per arm, else one line per workload)."""
+    from .studies import budget_summary, gap_summary, search_budget
 
     table = search_budget(res.trials, study)
     if not len(table):
         return []
+    if not full:
+        return [*budget_summary(table), *([gap_summary(study)] if gap_summary(study) else [])]
     return [
         "## Search budget and selection gap per arm\n",
         "Configurations tried in the search stage, how many the scheduler (or the spent "

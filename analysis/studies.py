@@ -49,6 +49,28 @@ def search_budget(trials: pd.DataFrame, study: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def budget_summary(table: pd.DataFrame) -> list[str]:
+    """One line per workload of :func:`search_budget`'s table: the configurations an arm's
+    budget bought (median and range over arms), the share stopped early, the client-rounds."""
+    lines = []
+    for w, g in table.groupby("workload", sort=False):
+        n = g["configurations"]
+        stopped = g["stopped early"].sum() / max(1, n.sum())
+        spent = pd.to_numeric(g["client-rounds"], errors="coerce")
+        extra = pd.to_numeric(g["robust selection client-rounds"], errors="coerce")
+        budget = g["budget"].iloc[0]
+        line = (
+            f"{w}: {int(n.median()) if n.median() == int(n.median()) else n.median()} "
+            f"configurations per arm (median; {n.min()}–{n.max()}), {100 * stopped:.0f} % of "
+            f"them stopped early; {int(spent.min())}–{int(spent.max())} client-rounds spent per arm"
+            + (f" of {budget}" if budget != "" else "")
+        )
+        if extra.notna().any():
+            line += f", robust selection {int(extra.min())}–{int(extra.max())} more"
+        lines.append(line + ".")
+    return lines
+
+
 def gap_summary(study: dict) -> str:
     """The mean absolute selection gap over every workload and arm, each way, as one line;
     empty when the study recorded no gaps."""
@@ -76,4 +98,4 @@ def _signed(v) -> str:
     return "" if v is None else f"{v:+.3f}"
 
 
-__all__ = ["gap_summary", "search_budget"]
+__all__ = ["budget_summary", "gap_summary", "search_budget"]

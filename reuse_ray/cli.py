@@ -147,8 +147,8 @@ def _report(args: argparse.Namespace) -> int:
             _print(study_header(study, res))
         _print(markdown(leaderboard(final, args.round, refs), digits=3))
         if study:
-            for block in budget_section(study, res)[1:]:
-                _print(block)
+            for line in budget_section(study, res, full=False):
+                _print(line)
         return 0
     path = write_report(args.results, args.out, args.round, args.reference, args.target)
     _print(report_line(path))

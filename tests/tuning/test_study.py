@@ -279,8 +279,15 @@ def test_report_leaderboard_prints_the_study_header(tmp_path, capsys):
     assert "its own ASHA scheduler (grace period 5 rounds" in out
     assert "best 2 by each objective rerun on search seeds [202]" in out
     assert "0.0500 on the search seed, 0.0100 as the mean over 2 search seeds" in out
-    # the budget table follows the leaderboard
-    line = [x for x in out.splitlines() if x.startswith("| digits | topk_fedavg")][-1]
+    assert (
+        "digits: 3 configurations per arm (median; 3–3), 67 % of them stopped early; 500–500 "
+        "client-rounds spent per arm of 500, robust selection 300–300 more." in out
+    )
+    from analysis import load
+    from analysis.report import budget_section
+
+    table = budget_section(json.loads((tmp_path / "study.json").read_text()), load([str(tmp_path)]))
+    line = [x for x in table[-1].splitlines() if x.startswith("| digits | topk_fedavg")][-1]
     assert [c.strip() for c in line.split("|")[3:10]] == [
         "3",
         "2",
