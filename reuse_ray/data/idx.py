@@ -155,16 +155,34 @@ def read_idx(path: Path, ndim: int) -> np.ndarray:
     return np.frombuffer(data, dtype=np.uint8, count=need, offset=header).reshape(shape).copy()
 
 
+_DECODED: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}  # this process's last few splits
+
+
 def read_split(spec: IdxDataset, folder: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
     """(images (N, 1, H, W) uint8, labels (N,) int64) of one split from ``folder``.
 
     Images and labels must agree in number, images must be ``spec.image_shape``, labels lie in
-    ``[0, num_classes)``. EMNIST's images are stored transposed and come back upright."""
+    ``[0, num_classes)``. EMNIST's images are stored transposed and come back upright. A process
+    that reads the same unchanged files again (a trial process serving trial after trial) gets
+    a fresh copy of what it decoded before (keyed by path, size and modification time)."""
     img_name, lab_name = spec.file_names(split)
     img_path, lab_path = _file_in(folder, img_name), _file_in(folder, lab_name)
     if img_path is None or lab_path is None:
         missing = img_name if img_path is None else lab_name
         raise IdxFormatError(f"{folder / missing}(.gz): missing")
+    key = (
+        spec.name,
+        *((str(q), q.stat().st_size, q.stat().st_mtime_ns) for q in (img_path, lab_path)),
+    )
+    if key not in _DECODED:
+        if len(_DECODED) >= 4:
+            _DECODED.pop(next(iter(_DECODED)))
+        _DECODED[key] = _decode(spec, img_path, lab_path)
+    x, y = _DECODED[key]
+    return x.copy(), y.copy()
+
+
+def _decode(spec: IdxDataset, img_path: Path, lab_path: Path) -> tuple[np.ndarray, np.ndarray]:
     x = read_idx(img_path, 3)
     y = read_idx(lab_path, 1)
     if x.shape[1:] != spec.image_shape:

@@ -192,3 +192,18 @@ def test_fetch_under_a_file_and_fetch_of_embedded_data(tmp_path):
     out = _cli("fetch", "mnist", "--root", str(tmp_path / "f" / "d"))
     assert out.returncode == 2 and "is a file" in out.stderr
     assert "Traceback" not in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_a_split_read_again_is_a_fresh_copy_and_a_changed_file_is_read_anew(tmp_path):
+    folder = tmp_path / "fm"
+    write_plain(folder, n_train=30)
+    spec = idx.IDX_DATASETS["fashionmnist"]
+    x, y = idx.read_split(spec, folder, "train")
+    x[:] = 0  # the caller's own copy: the next read is untouched
+    again, _ = idx.read_split(spec, folder, "train")
+    assert again.any() and not np.shares_memory(x, again)
+    write_plain(folder, n_train=40)  # replaced files: decoded again, not served from before
+    assert len(idx.read_split(spec, folder, "train")[0]) == 40
+    _corrupt(folder, "train-labels-idx1-ubyte", "short payload")
+    with pytest.raises(IdxFormatError, match="train-labels"):
+        idx.read_split(spec, folder, "train")
