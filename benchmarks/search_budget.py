@@ -4,8 +4,11 @@ seed against robust selection, on the study's digits workload, measured in one r
 For each arm (dense FedAvg, Top-K FedAvg, DG-FedReuse) and searcher seed, a random search over
 the arm's space (``search_spaces/search_budget*.py``) gets the same budget in client-rounds
 (``--budget-trials`` full trials' worth), once without a scheduler and once with ASHA
-(``--grace`` rounds, reduction factor 3). Printed per arm: configurations explored and the best
-validation accuracy found at the final round (median and range over searcher seeds).
+(first rung after each ``--grace`` period in rounds, reduction factor 3; the digits workload
+validates at round 1 and every 5th, so a rung is judged at the next evaluation round: grace 5
+stops trials at rounds 5 and 15, grace 2 at rounds 5, 10 and 20). Printed per arm:
+configurations explored and the best validation accuracy found at the final round (median and
+range over searcher seeds).
 
 Then the selection gap: the search without a scheduler selects its best configuration on its
 one search seed, and again with robust selection (the best ``--reeval-top`` rerun on
@@ -29,6 +32,7 @@ import time
 import ray
 import yaml
 
+from reuse_ray.configio import set_dotted
 from reuse_ray.tuning import parse_sweep, run_sweep
 
 ARMS = {
@@ -68,6 +72,9 @@ def _sweep(root, name, base, space, seed, budget, n_max, **search) -> dict:
 
 def _fresh_val(root, name, base, params: dict, fresh: list[int]) -> float:
     """Mean validation accuracy of one configuration on the fresh seeds (no test read)."""
+    base = copy.deepcopy(base)
+    for key, value in params.items():  # into the base: the grid checks each key on its own
+        set_dotted(base, key, value)
     raw = {
         "name": name,
         "base": base,
@@ -76,8 +83,6 @@ def _fresh_val(root, name, base, params: dict, fresh: list[int]) -> float:
         "checkpoint_every": 0,
         "results_dir": f"{root}/{name}",
     }
-    for key, value in params.items():
-        raw["search"]["grid"][key] = [value]
     out = run_sweep(parse_sweep(raw), say=lambda m: None)
     return float(out.trials["val_acc"].mean())
 
@@ -88,7 +93,7 @@ def main() -> None:
     ap.add_argument("--arms", default=",".join(ARMS))
     ap.add_argument("--budget-trials", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--grace", type=int, default=5)
+    ap.add_argument("--grace", default="5,2", help="ASHA grace periods, one search each")
     ap.add_argument("--reeval-top", type=int, default=3)
     ap.add_argument("--reeval-seeds", default="202,303")
     ap.add_argument("--fresh", default="1001,1002,1003")
@@ -108,15 +113,16 @@ def main() -> None:
     for arm in args.arms.split(","):
         fixed, space = ARMS[arm]
         base = _base(args.rounds, fixed)
-        found: dict[str, list[tuple[int, float]]] = {"none": [], "asha": []}
+        modes = ["none", *(f"asha-grace{g}" for g in args.grace.split(","))]
+        found: dict[str, list[tuple[int, float]]] = {m: [] for m in modes}
         for seed in seeds:
-            for mode in ("none", "asha"):
+            for mode in modes:
                 extra = {}
-                if mode == "asha":
-                    extra = {"scheduler": "asha", "grace_period": args.grace}
+                if mode != "none":
+                    extra = {"scheduler": "asha", "grace_period": int(mode.split("grace")[1])}
                     extra["reduction_factor"] = 3
                 name = f"{arm}-{mode}-{seed}"
-                n_max = args.budget_trials * (20 if mode == "asha" else 1)
+                n_max = args.budget_trials * (20 if mode != "none" else 1)
                 raw = _sweep(root, name, base, space, seed, budget, n_max, **extra)
                 out = run_sweep(parse_sweep(raw), say=lambda m: None)
                 t = out.trials
@@ -154,7 +160,7 @@ def main() -> None:
                         f"  selection gap: one seed {one['val_acc'] - f1:+.4f}, "
                         f"robust {mean - f2:+.4f}"
                     )
-        for mode in ("none", "asha"):
+        for mode in modes:
             n = [k for k, _ in found[mode]]
             b = [v for _, v in found[mode]]
             print(
@@ -162,10 +168,11 @@ def main() -> None:
                 f"(range {min(n)}–{max(n)}), best val median {statistics.median(b):.4f} "
                 f"(range {min(b):.4f}–{max(b):.4f})"
             )
-        ratio = statistics.median(k for k, _ in found["asha"]) / statistics.median(
-            k for k, _ in found["none"]
-        )
-        print(f"{arm}: ASHA explored {ratio:.2f}x the configurations (goal >= 3)")
+        for mode in modes[1:]:
+            ratio = statistics.median(k for k, _ in found[mode]) / statistics.median(
+                k for k, _ in found["none"]
+            )
+            print(f"{arm}: {mode} explored {ratio:.2f}x the configurations (goal >= 3)")
     one, rob = statistics.mean(gaps["one seed"]), statistics.mean(gaps["robust"])
     print(
         f"mean |selection gap|: one search seed {one:.4f}, robust {rob:.4f} "
