@@ -39,7 +39,9 @@ def trial_label(stage: str, trial) -> str:
 class ConsoleReporter(Callback):
     """Trial start/end lines and a progress line, through ``say``."""
 
-    def __init__(self, say: Callable[[str], None], stage: str, total: int):
+    def __init__(self, say: Callable[[str], None], stage: str, total: int | str):
+        """``total``: the stage's trials, or a text such as "at most 384" where a budget
+        decides how many run."""
         self.say, self.stage, self.total = say, stage, total
         self.done = 0
         self.best: tuple[float, str] | None = None
@@ -62,7 +64,8 @@ class ConsoleReporter(Callback):
             if self.best is None or acc > self.best[0]:
                 self.best = (acc, trial.trial_id)
         best = f"best so far val_acc={self.best[0]:.4f} ({self.best[1]})" if self.best else ""
-        self.say(f"  {self.stage}: {self.done}/{self.total} trials finished; {best}".rstrip("; "))
+        of = f"/{self.total}" if isinstance(self.total, int) else f" of {self.total}"
+        self.say(f"  {self.stage}: {self.done}{of} trials finished; {best}".rstrip("; "))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         # a trial whose last report is a round's ("running") ended because the scheduler

@@ -53,7 +53,7 @@ def launch(
     reference: float | None = None,
     say=print,
     verbose: int = 0,
-    total: int | None = None,
+    total: int | str | None = None,
     mlflow: str | None = None,
 ):
     """Run (or, with ``resume``, restore and finish) the Tune experiment ``<name>-<stage>``:

@@ -48,6 +48,7 @@ A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these bloc
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -142,6 +143,15 @@ class SweepSpec:
     # results_dir is a folder of dated sweeps (it was relative, anchored at the results root):
     # each new sweep writes to a fresh YYYYMMDD-HHMMSS folder below it, --resume to the newest
     dated: bool = False
+
+    def trials_total(self) -> int | str:
+        """The search's trials (grid: its points × num_samples), or with a client-round budget
+        the most it may start, as the console says it ("at most N")."""
+        s = self.search
+        n = s.num_samples * (
+            math.prod(len(v) for v in s.grid.values()) if s.searcher == "grid" else 1
+        )
+        return f"at most {n}" if s.client_rounds else n
 
     def run_config(self, params: dict[str, Any] | None = None, **top: Any) -> RunConfig:
         """The base config with dotted ``params`` and top-level fields applied.

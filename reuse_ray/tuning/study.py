@@ -165,7 +165,7 @@ def run_study(
             resume=resume,
             say=say,
             verbose=verbose,
-            total=len(points),
+            total=f"at most {len(points)}" if budget else len(points),
             mlflow=mlflow,
             **_search_args(spec, sweep, points, per_round),
         )

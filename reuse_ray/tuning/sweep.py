@@ -93,13 +93,6 @@ def make_scheduler(spec: SweepSpec, metric: str | None):
     )
 
 
-def _grid_size(spec: SweepSpec) -> int:
-    """Trials per sample: the grid's points for the grid searcher, else one."""
-    if spec.search.searcher != "grid":
-        return 1
-    return math.prod(len(v) for v in spec.search.grid.values())
-
-
 def pareto_front(df: pd.DataFrame) -> pd.Series:
     """True where no other row has val_acc ≥ and cum_up_restricted ≤ with one strict."""
     acc, up = df["val_acc"].to_numpy(), df["cum_up_restricted"].to_numpy()
@@ -330,7 +323,7 @@ def run_sweep(
             scheduler=make_scheduler(spec, metric),
             stop=budget,
             num_samples=spec.search.num_samples,
-            total=spec.search.num_samples * _grid_size(spec),
+            total=spec.trials_total(),
             concurrency=concurrency,
             resume=resume,
             reference=reference,

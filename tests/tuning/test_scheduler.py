@@ -136,6 +136,7 @@ def test_a_client_round_budget_ends_the_search_and_asha_buys_more_configurations
     assert tried["plain"] < 6  # the budget, not the grid, ended the plain search
     assert tried["asha"] > tried["plain"], tried
     assert sum(m.startswith("client-round budget: ") for m in said) == 2, said
+    assert any(m.startswith("  search: 1 of at most 6 trials finished") for m in said), said
 
 
 def _study(tmp_path, budget: int) -> dict:
