@@ -235,9 +235,10 @@ def study_header(study: dict, res: Results) -> str:
             f"{study['trials_per_arm']} validation-only configurations{per_arm}"
         )
     else:
-        budget = f"{study['trials_per_arm']} validation-only search trials per arm and workload" + (
-            per_arm[:-1] + " trials)" if per_arm else ""
-        )
+        n = study["trials_per_arm"]
+        budget = f"{n} validation-only search trial{'' if n == 1 else 's'} per arm and workload"
+        if per_arm:
+            budget += per_arm[:-1] + (" trial)" if per_arm.endswith(" 1)") else " trials)")
     if search.get("scheduler", "none") != "none":
         budget += (
             f", each arm with its own {search['scheduler'].upper()} scheduler (grace period "

@@ -14,9 +14,9 @@ finished trials are not rerun and unfinished ones continue from their last check
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
-import math
-import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,8 +29,7 @@ from . import reeval
 from .launch import derive_concurrency, launch
 from .spaces import load_space
 from .spec import SweepSpec
-from .trainable import objective_value
-from .trials import trial_row, trials_file, write_trials
+from .trials import pareto_front, search_trials, trial_row, trials_file, write_trials
 
 
 @dataclass(frozen=True)
@@ -93,16 +92,6 @@ def make_scheduler(spec: SweepSpec, metric: str | None):
     )
 
 
-def pareto_front(df: pd.DataFrame) -> pd.Series:
-    """True where no other row has val_acc ≥ and cum_up_restricted ≤ with one strict."""
-    acc, up = df["val_acc"].to_numpy(), df["cum_up_restricted"].to_numpy()
-    out = []
-    for i in range(len(df)):
-        dominated = (acc >= acc[i]) & (up <= up[i]) & ((acc > acc[i]) | (up < up[i]))
-        out.append(not dominated.any())
-    return pd.Series(out, index=df.index)
-
-
 def sweep_folder(spec, resume: bool, what: str = "sweep"):
     """The spec (a sweep's or a study's) with its own folder: a folder of dated sweeps gets a
     fresh dated folder (``--resume``: its newest)."""
@@ -136,87 +125,6 @@ def _reference_val(spec: SweepSpec, say) -> float | None:
     return summary.row["final_val_acc"]
 
 
-def _trials_table(
-    spec: SweepSpec, results, reference: float | None, stage: str = "search"
-) -> pd.DataFrame:
-    runs, per_round = _safe_runs(spec.results_dir), spec.run_config().fl.clients_per_round
-    rows = []
-    for r in results:
-        metrics = r.metrics or {}
-        if metrics.get("status") == "budget spent":
-            continue  # started after the client-round budget was spent: no configuration tried
-        params = dict((r.config or {}).get("final", r.config or {}))
-        seed = params.pop("seed", None) if stage == "reeval" else None
-        try:
-            run_id = spec.run_config(params if seed is None else {**params, "seed": seed}).run_id
-        except Exception:  # noqa: BLE001 - a bad parameter combination is reported as an error
-            run_id = None
-        status = "error" if r.error else metrics.get("status", "unknown")
-        val = metrics.get("val_acc")
-        saving = metrics.get("cum_saving_restricted")
-        reached = metrics.get("round")
-        if run_id is not None and runs is not None and run_id in runs.index:
-            # the runs table is the record: a run that diverged before its first evaluation has
-            # no validation accuracy there (NaN), whatever Tune was told to keep its searcher going
-            status = runs.loc[run_id, "status"] if not r.error else "error"
-            val = _float_or_nan(runs.loc[run_id, "final_val_acc"])
-            saving = _float_or_nan(runs.loc[run_id, "cum_saving_restricted"])
-            reached = int(runs.loc[run_id, "rounds_completed"])
-        known = val is not None and not math.isnan(val)
-        value = objective_value(
-            spec.search.objective, val, saving, reference, spec.search.retention
-        )
-        rows.append(
-            trial_row(
-                sweep=spec.name,
-                stage=stage,
-                trial_id=metrics.get("trial_id"),
-                run_id=run_id,
-                searcher=spec.search.searcher,
-                objective=spec.search.objective,
-                params=params,
-                status=str(status),
-                val_acc=val,
-                cum_up_restricted=metrics.get("cum_up_restricted"),
-                cum_saving_restricted=saving,
-                reference_val_acc=reference,
-                objective_value=value if known else None,
-                error=_error_text(r.error) if r.error else None,
-                round_reached=reached,
-                client_rounds=None if reached is None else int(reached) * per_round,
-                seed=seed,
-            )
-        )
-    df = pd.DataFrame(rows)
-    if len(df):
-        ok = df["status"].eq("finished") & df["val_acc"].notna()
-        if ok.any():
-            df.loc[ok, "on_pareto_front"] = pareto_front(df[ok]).to_numpy()
-    return df
-
-
-def _error_text(err: BaseException) -> str:
-    """One line naming what failed in a trial: the original exception, not Ray's wrapper."""
-    cause = getattr(err, "cause", None)
-    if isinstance(cause, BaseException) and cause is not err:
-        return f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
-    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(err).splitlines()]
-    lines = [ln for ln in lines if ln]
-    return lines[-1] if lines else type(err).__name__
-
-
-def _float_or_nan(v: Any) -> float:
-    return float("nan") if v is None or pd.isna(v) else float(v)
-
-
-def _safe_runs(results_dir: str) -> pd.DataFrame | None:
-    try:
-        runs = read_table(results_dir, "runs")
-    except Exception:  # noqa: BLE001 - no runs yet
-        return None
-    return runs.drop_duplicates("run_id", keep="last").set_index("run_id")
-
-
 def select(df: pd.DataFrame, spec: SweepSpec, top: int) -> pd.DataFrame:
     """The configurations the final stage reruns, chosen on validation metrics only."""
     ok = df[df["status"].eq("finished") & df["val_acc"].notna()].drop_duplicates("run_id")
@@ -224,6 +132,30 @@ def select(df: pd.DataFrame, spec: SweepSpec, top: int) -> pd.DataFrame:
         ok = ok[ok["on_pareto_front"]]
         return ok.sort_values(["val_acc", "cum_up_restricted"], ascending=[False, True]).head(top)
     return ok.sort_values(["objective_value", "val_acc"], ascending=False).head(top)
+
+
+@dataclass(frozen=True)
+class _Stages:
+    """What every stage of one sweep is launched with (design: Validation-only search)."""
+
+    spec: SweepSpec
+    concurrency: int
+    resume: bool
+    say: Callable[[str], Any]
+    verbose: int
+    mlflow: str | None
+
+    def launch(self, stage: str, **kw):
+        return launch(
+            self.spec,
+            stage,
+            concurrency=self.concurrency,
+            resume=self.resume,
+            say=self.say,
+            verbose=self.verbose,
+            mlflow=self.mlflow,
+            **kw,
+        )
 
 
 def run_sweep(
@@ -238,9 +170,35 @@ def run_sweep(
 
     ``verbose``: 0 prints our own trial lines only; 1 adds Tune's status tables; 2 also every
     trial's per-round lines."""
+    st = _open(spec, resume, final_only, say, verbose, mlflow)
+    spec = st.spec
+    trials_path = join(spec.results_dir, trials_file(spec.name))
+    reference = None
+    if spec.search.searcher == "none":
+        trials = _protocol_trials(spec)
+    elif final_only:
+        trials = _finished_search(spec, trials_path)
+    else:
+        reference = _reference_val(spec, say)
+        trials = _search(st, reference)
+    chosen, trials = _choose(st, trials, reference)
+    trials["selected"] = trials["run_id"].isin(chosen["run_id"])
+    write_trials(spec.results_dir, spec.name, trials)
+    _say_choice(spec, chosen, trials, trials_path, say)
+    selected = [json.loads(p) for p in chosen["params_json"]]
+    final_runs = None
+    if spec.final is not None and selected:
+        final_runs = _final_stage(st, selected, trials, chosen)
+    say(f"Parquet: {display(spec.results_dir)}  (pandas.read_parquet(DIR/'rounds'))")
+    report_at_end(spec.results_dir, say)
+    return SweepOutcome(spec.results_dir, trials, selected, final_runs)
+
+
+def _open(spec: SweepSpec, resume, final_only, say, verbose, mlflow) -> _Stages:
+    """Connect, name the sweep's folder (after connecting: a cluster that does not answer
+    leaves no dated folder behind), refuse a start over results or a resume of nothing."""
     from ..distributed import ensure_ray
 
-    # connect first: a cluster that does not answer leaves no (dated) folder behind
     ensure_ray((spec.base.get("engine") or {}).get("ray_address"))
     spec = sweep_folder(spec, resume or final_only)
     store = Storage.of(spec.results_dir)
@@ -267,7 +225,6 @@ def run_sweep(
             "interrupted sweep with --results"
         )
     store.check_writable(keep=True)
-
     say(
         f"sweep {spec.name}: {spec.search.searcher} over "
         f"{spec.search.space or list(spec.search.grid)} ({spec.search.objective}), "
@@ -276,144 +233,163 @@ def run_sweep(
         f"{resources.get('GPU', 0):g} GPUs; "
         f"results in {where}"
     )
-    trials_path = join(spec.results_dir, trials_file(spec.name))
-    reference = None
-    if spec.search.searcher == "none":
-        import itertools
+    return _Stages(spec, concurrency, resume, say, verbose, mlflow)
 
-        keys = list(spec.search.grid)
-        combos = [
-            dict(zip(keys, v, strict=True)) for v in itertools.product(*spec.search.grid.values())
-        ]
-        trials = pd.DataFrame(
-            [
-                trial_row(
-                    sweep=spec.name,
-                    stage="protocol",
-                    run_id=spec.run_config(c).run_id,
-                    searcher="none",
-                    objective=spec.search.objective,
-                    params=c,
-                    status="not searched",
-                    selected=True,
-                )
-                for c in combos
-            ]
-        )
-    elif final_only:
-        if not store.is_file(trials_file(spec.name)):
-            raise UserError(f"--final needs a finished search: {trials_path} is missing")
-        trials = pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
-    else:
-        reference = _reference_val(spec, say)
-        alg, metric, mode, space = make_searcher(spec, concurrency)
-        budget = None
-        if spec.search.client_rounds:
-            from .budget import ClientRoundBudget
 
-            per_round = spec.run_config().fl.clients_per_round
-            budget = ClientRoundBudget(spec.search.client_rounds, per_round)
-        results = launch(
-            spec,
-            "search",
-            param_space=space,
-            search_alg=alg,
-            metric=metric,
-            mode=mode,
-            scheduler=make_scheduler(spec, metric),
-            stop=budget,
-            num_samples=spec.search.num_samples,
-            total=spec.trials_total(),
-            concurrency=concurrency,
-            resume=resume,
-            reference=reference,
-            say=say,
-            verbose=verbose,
-            mlflow=mlflow,
-        )
-        trials = _trials_table(spec, results, reference)
-        if budget is not None:
-            say(
-                f"client-round budget: {budget.spent()} of {spec.search.client_rounds} spent "
-                f"by {len(trials)} configurations"
+def _protocol_trials(spec: SweepSpec) -> pd.DataFrame:
+    """Searcher ``none``: every grid combination, unsearched, goes to the final stage."""
+    keys = list(spec.search.grid)
+    combos = [
+        dict(zip(keys, v, strict=True)) for v in itertools.product(*spec.search.grid.values())
+    ]
+    return pd.DataFrame(
+        [
+            trial_row(
+                sweep=spec.name,
+                stage="protocol",
+                run_id=spec.run_config(c).run_id,
+                searcher="none",
+                objective=spec.search.objective,
+                params=c,
+                status="not searched",
+                selected=True,
             )
+            for c in combos
+        ]
+    )
+
+
+def _finished_search(spec: SweepSpec, trials_path: str) -> pd.DataFrame:
+    """``--final``: the trials table an earlier search wrote."""
+    store = Storage.of(spec.results_dir)
+    if not store.is_file(trials_file(spec.name)):
+        raise UserError(f"--final needs a finished search: {trials_path} is missing")
+    return pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
+
+
+def _search(st: _Stages, reference: float | None) -> pd.DataFrame:
+    """The validation-only search stage (early-ending under its scheduler and client-round
+    budget, if any); its trials table."""
+    spec = st.spec
+    alg, metric, mode, space = make_searcher(spec, st.concurrency)
+    budget = None
+    if spec.search.client_rounds:
+        from .budget import ClientRoundBudget
+
+        per_round = spec.run_config().fl.clients_per_round
+        budget = ClientRoundBudget(spec.search.client_rounds, per_round)
+    results = st.launch(
+        "search",
+        param_space=space,
+        search_alg=alg,
+        metric=metric,
+        mode=mode,
+        scheduler=make_scheduler(spec, metric),
+        stop=budget,
+        num_samples=spec.search.num_samples,
+        total=spec.trials_total(),
+        reference=reference,
+    )
+    trials = search_trials(spec, results, reference)
+    if budget is not None:
+        st.say(
+            f"client-round budget: {budget.spent()} of {spec.search.client_rounds} spent "
+            f"by {len(trials)} configurations"
+        )
+    return trials
+
+
+def _choose(
+    st: _Stages, trials: pd.DataFrame, reference: float | None
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(the configurations the final stage reruns, the trials table): every protocol point;
+    else the best by objective, after re-evaluation on further search seeds if asked."""
+    spec = st.spec
     top = spec.final.top if spec.final else 1
     if spec.search.searcher == "none":
-        chosen = trials
-    elif spec.search.reeval_top:
+        return trials, trials
+    if spec.search.reeval_top:
         trials = reeval.run_stage(
-            spec, trials, reference, _trials_table, concurrency, resume, say, verbose, mlflow
+            spec,
+            trials,
+            reference,
+            search_trials,
+            st.concurrency,
+            st.resume,
+            st.say,
+            st.verbose,
+            st.mlflow,
         )
-        chosen, trials = reeval.choose(trials, spec, top)
-    else:
-        chosen = select(trials, spec, top)
-    trials["selected"] = trials["run_id"].isin(chosen["run_id"])
-    write_trials(spec.results_dir, spec.name, trials)
-    selected = [json.loads(p) for p in chosen["params_json"]]
+        return reeval.choose(trials, spec, top)
+    return select(trials, spec, top), trials
+
+
+def _say_choice(spec: SweepSpec, chosen, trials, trials_path: str, say) -> None:
+    """The console's line on what was chosen; no finished trial is the user's error, with every
+    trial's error listed."""
     if spec.search.searcher == "none":
         say(f"protocol: {len(chosen)} grid configurations go straight to the final stage")
-    elif len(chosen):
+        return
+    if len(chosen):
         best = chosen.iloc[0]
         say(
             f"best configuration (validation only): val_acc={best.val_acc:.4f} "
             f"cum_saving={100 * (best.cum_saving_restricted or 0):.2f}% params={best.params_json}"
         )
-    else:
-        say(f"no search trial finished ({len(trials)} trials); trials table: {trials_path}")
-        for _, t in trials.iterrows():
-            say(
-                f"  trial {t['trial_id'] or '?'} {t['status']}: {t['error'] or 'no error text'} "
-                f"params={t['params_json']}"
-            )
-        raise UserError(
-            f"sweep {spec.name!r}: no search trial finished — every trial's error "
-            f"is listed above and in {trials_path}"
-        )
-    final_runs = None
-    if spec.final is not None and selected:
-        # the selected configurations on every seed first, the references after: Tune starts
-        # grid points in order, so a long sweep finishes its answer before its controls
-        points = [
-            dict(params, seed=seed, label=f"selected-{j}")
-            for seed in spec.final.seeds
-            for j, params in enumerate(selected)
-        ]
-        for seed in spec.final.seeds:
-            for ref in spec.final.compare:
-                fields = {k: v for k, v in ref.items() if k != "seeds"}
-                if seed in ref.get("seeds", spec.final.seeds):
-                    points.append(dict(fields, seed=seed))
-        from ray import tune
-
+        return
+    say(f"no search trial finished ({len(trials)} trials); trials table: {trials_path}")
+    for _, t in trials.iterrows():
         say(
-            f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
-            "test split read once at the final round"
+            f"  trial {t['trial_id'] or '?'} {t['status']}: {t['error'] or 'no error text'} "
+            f"params={t['params_json']}"
         )
-        launch(
-            spec,
-            "final",
-            param_space={"final": tune.grid_search(points)},
-            concurrency=concurrency,
-            resume=resume,
-            say=say,
-            verbose=verbose,
-            total=len(points),
-            mlflow=mlflow,
+    raise UserError(
+        f"sweep {spec.name!r}: no search trial finished — every trial's error "
+        f"is listed above and in {trials_path}"
+    )
+
+
+def final_points(spec: SweepSpec, selected: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The final stage's runs: the selected configurations on every seed first, the references
+    after (Tune starts grid points in order, so a long sweep finishes its answer before its
+    controls); a reference with ``seeds`` runs on those only."""
+    points = [
+        dict(params, seed=seed, label=f"selected-{j}")
+        for seed in spec.final.seeds
+        for j, params in enumerate(selected)
+    ]
+    for seed in spec.final.seeds:
+        for ref in spec.final.compare:
+            fields = {k: v for k, v in ref.items() if k != "seeds"}
+            if seed in ref.get("seeds", spec.final.seeds):
+                points.append(dict(fields, seed=seed))
+    return points
+
+
+def _final_stage(st: _Stages, selected, trials, chosen) -> pd.DataFrame:
+    """The selected configurations and the references on the fresh seeds, the test split read
+    once at the final round; the console's per-label summary (and selection gaps)."""
+    from ray import tune
+
+    spec, say = st.spec, st.say
+    points = final_points(spec, selected)
+    say(
+        f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
+        "test split read once at the final round"
+    )
+    st.launch("final", param_space={"final": tune.grid_search(points)}, total=len(points))
+    runs = read_table(spec.results_dir, "runs")
+    final_runs = runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
+    if spec.search.reeval_top:
+        for line in reeval.gap_lines(trials, chosen, final_runs):
+            say(line)
+    for (label, method), grp in final_runs.groupby(["label", "cfg.method.name"]):
+        say(
+            f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "
+            f"{grp['seed'].nunique()} seeds, cum_saving="
+            f"{100 * grp['cum_saving_restricted'].mean():.2f}%"
         )
-        runs = read_table(spec.results_dir, "runs")
-        final_runs = runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
-        if spec.search.reeval_top:
-            for line in reeval.gap_lines(trials, chosen, final_runs):
-                say(line)
-        for (label, method), grp in final_runs.groupby(["label", "cfg.method.name"]):
-            say(
-                f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "
-                f"{grp['seed'].nunique()} seeds, cum_saving="
-                f"{100 * grp['cum_saving_restricted'].mean():.2f}%"
-            )
-    say(f"Parquet: {where}  (pandas.read_parquet(DIR/'rounds'))")
-    report_at_end(spec.results_dir, say)
-    return SweepOutcome(spec.results_dir, trials, selected, final_runs)
+    return final_runs
 
 
 def report_at_end(location: str, say) -> None:

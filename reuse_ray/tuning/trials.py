@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from ..results import rows_to_table
+from ..results import read_table, rows_to_table
 from ..results.storage import Storage, join
+
+if TYPE_CHECKING:
+    from .spec import SweepSpec
 
 
 def trial_row(
@@ -85,3 +89,99 @@ def write_trials(location: str, name: str, df: pd.DataFrame) -> str:
     """Write sweep ``name``'s trials table below ``location``; returns its path."""
     Storage.of(location).write_parquet(trials_file(name), rows_to_table("trials", table_rows(df)))
     return join(location, trials_file(name))
+
+
+def pareto_front(df: pd.DataFrame) -> pd.Series:
+    """True where no other row has val_acc ≥ and cum_up_restricted ≤ with one strict."""
+    acc, up = df["val_acc"].to_numpy(), df["cum_up_restricted"].to_numpy()
+    out = []
+    for i in range(len(df)):
+        dominated = (acc >= acc[i]) & (up <= up[i]) & ((acc > acc[i]) | (up < up[i]))
+        out.append(not dominated.any())
+    return pd.Series(out, index=df.index)
+
+
+def search_trials(
+    spec: SweepSpec, results, reference: float | None, stage: str = "search"
+) -> pd.DataFrame:
+    """One row per Tune result of a sweep stage (``search`` or ``reeval``), the runs table's
+    record taking precedence over what the trial reported; Pareto membership over the finished
+    rows."""
+    from .trainable import objective_value
+
+    runs, per_round = _safe_runs(spec.results_dir), spec.run_config().fl.clients_per_round
+    rows = []
+    for r in results:
+        metrics = r.metrics or {}
+        if metrics.get("status") == "budget spent":
+            continue  # started after the client-round budget was spent: no configuration tried
+        params = dict((r.config or {}).get("final", r.config or {}))
+        seed = params.pop("seed", None) if stage == "reeval" else None
+        try:
+            run_id = spec.run_config(params if seed is None else {**params, "seed": seed}).run_id
+        except Exception:  # noqa: BLE001 - a bad parameter combination is reported as an error
+            run_id = None
+        status = "error" if r.error else metrics.get("status", "unknown")
+        val = metrics.get("val_acc")
+        saving = metrics.get("cum_saving_restricted")
+        reached = metrics.get("round")
+        if run_id is not None and runs is not None and run_id in runs.index:
+            # the runs table is the record: a run that diverged before its first evaluation has
+            # no validation accuracy there (NaN), whatever Tune was told to keep its searcher going
+            status = runs.loc[run_id, "status"] if not r.error else "error"
+            val = _float_or_nan(runs.loc[run_id, "final_val_acc"])
+            saving = _float_or_nan(runs.loc[run_id, "cum_saving_restricted"])
+            reached = int(runs.loc[run_id, "rounds_completed"])
+        known = val is not None and not math.isnan(val)
+        value = objective_value(
+            spec.search.objective, val, saving, reference, spec.search.retention
+        )
+        rows.append(
+            trial_row(
+                sweep=spec.name,
+                stage=stage,
+                trial_id=metrics.get("trial_id"),
+                run_id=run_id,
+                searcher=spec.search.searcher,
+                objective=spec.search.objective,
+                params=params,
+                status=str(status),
+                val_acc=val,
+                cum_up_restricted=metrics.get("cum_up_restricted"),
+                cum_saving_restricted=saving,
+                reference_val_acc=reference,
+                objective_value=value if known else None,
+                error=_error_text(r.error) if r.error else None,
+                round_reached=reached,
+                client_rounds=None if reached is None else int(reached) * per_round,
+                seed=seed,
+            )
+        )
+    df = pd.DataFrame(rows)
+    if len(df):
+        ok = df["status"].eq("finished") & df["val_acc"].notna()
+        if ok.any():
+            df.loc[ok, "on_pareto_front"] = pareto_front(df[ok]).to_numpy()
+    return df
+
+
+def _error_text(err: BaseException) -> str:
+    """One line naming what failed in a trial: the original exception, not Ray's wrapper."""
+    cause = getattr(err, "cause", None)
+    if isinstance(cause, BaseException) and cause is not err:
+        return f"{type(cause).__name__}: {str(cause).splitlines()[0] if str(cause) else ''}"
+    lines = [re.sub(r"\x1b\[[0-9;]*m", "", ln).strip() for ln in str(err).splitlines()]
+    lines = [ln for ln in lines if ln]
+    return lines[-1] if lines else type(err).__name__
+
+
+def _float_or_nan(v: Any) -> float:
+    return float("nan") if v is None or pd.isna(v) else float(v)
+
+
+def _safe_runs(results_dir: str) -> pd.DataFrame | None:
+    try:
+        runs = read_table(results_dir, "runs")
+    except Exception:  # noqa: BLE001 - no runs yet
+        return None
+    return runs.drop_duplicates("run_id", keep="last").set_index("run_id")
