@@ -3,14 +3,17 @@
 A study file (``sweeps/study.yaml``) names workloads (base run configs), arms (a method with the
 fields it fixes and the search space of its own knobs) and one budget. For each workload:
 
-1. **Search, validation only.** Every arm gets exactly ``budget.trials_per_arm`` configurations,
-   drawn by a seeded random sampler from its own registered space plus the shared knobs
-   (``shared``: the local learning rate, with one range for all arms; an arm whose own space
-   searches the Top-K ratio r must use the study's ``topk_range``). All arms' trials run in one
-   Tune experiment; no trial reads the test split (``test_reads = 0``), and a trial that
-   diverges still counts against its arm's budget. (With a handful of trials per arm, TPE would
-   still be in its random start-up phase, so random search costs nothing in quality and makes
-   the equal budget exact.)
+1. **Search, validation only.** Every arm draws its configurations in a fixed order, by a
+   seeded random sampler, from its own registered space plus the shared knobs (``shared``: the
+   local learning rate, with one range for all arms; an arm whose own space searches the Top-K
+   ratio r must use the study's ``topk_range``). The budget is equal per arm: either
+   ``budget.trials_per_arm`` full trials, or ``budget.client_rounds`` (selected clients x rounds
+   trained) spent on at most that many configurations, with ``search.scheduler`` (ASHA or
+   HyperBand, one per arm, rungs on evaluation rounds) stopping weak ones early so the budget
+   buys more of them. All arms' trials run in one Tune experiment; no trial reads the test split
+   (``test_reads = 0``), and a trial that diverges still counts against its arm's budget.
+   ``search.reeval_top`` > 0 reruns each arm's best candidates by each objective on the further
+   search seeds ``search.reeval_seeds`` (validation only) and selects by the mean.
 2. **Selection, on validation metrics only**, per declared objective: ``val_acc`` — the best
    validation accuracy at the fixed final round; ``retention`` — the seed's rule: the largest
    restricted uplink saving whose validation accuracy keeps ≥ ``retention`` of the reference
@@ -41,9 +44,7 @@ from ..results import read_table
 from ..results.reader import STUDY_FILE, read_metadata
 from ..results.storage import Storage, display
 from . import study_select
-from .spec import (
-    SweepSpec,
-)
+from .spec import SweepSpec
 from .study_spec import Arm, StudySpec, arm_points, is_study, load_study, parse_study
 from .trials import trial_row, write_trials
 
@@ -105,13 +106,29 @@ def run_study(
     address: str | None = None,
 ) -> pd.DataFrame:
     """Search, select and rerun every arm on every workload; returns the final-stage runs."""
-    from ray import tune
+    from .sweep import report_at_end
 
+    spec, started, t0 = _open(spec, resume, say, address)
+    final_runs, gaps = [], {}
+    for w in spec.workloads:
+        finals_w, gaps[w] = _workload(spec, w, resume, say, verbose, mlflow)
+        final_runs.append(finals_w)
+    wall = time.perf_counter() - t0
+    meta = dict(_metadata(spec, started, wall, "finished"), selection_gaps=gaps)
+    Storage.of(spec.results_dir).write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
+    say(f"study {spec.name} finished in {wall / 60:.1f} min; Parquet: {display(spec.results_dir)}")
+    report_at_end(spec.results_dir, say)
+    return pd.concat(final_runs, ignore_index=True)
+
+
+def _open(spec: StudySpec, resume: bool, say, address: str | None) -> tuple[StudySpec, str, float]:
+    """Connect (before naming a dated folder: a cluster that does not answer leaves none), refuse
+    a start over results or a resume of nothing, and record the study as running; returns the
+    spec with its folder, the start date and the wall clock's origin (a resumed study's wall
+    time goes on from what it had spent)."""
     from ..distributed import ensure_ray
-    from .launch import derive_concurrency, launch
-    from .sweep import report_at_end, sweep_folder
+    from .sweep import sweep_folder
 
-    # connect first: a cluster that does not answer leaves no (dated) folder behind
     ensure_ray(address)
     spec = sweep_folder(spec, resume, what="study")
     store = Storage.of(spec.results_dir)
@@ -136,104 +153,113 @@ def run_study(
         STUDY_FILE, json.dumps(_metadata(spec, started, None, "running"), indent=2).encode()
     )
     import optuna
-    import ray
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    n_arms, n = len(spec.arms), spec.trials_per_arm
     say(
-        f"study {spec.name}: {n_arms} arms x {n} validation-only trials on each of "
-        f"{len(spec.workloads)} workloads ({', '.join(spec.workloads)}), then the selected "
-        f"configurations on fresh seeds {list(spec.final_seeds)}"
+        f"study {spec.name}: {len(spec.arms)} arms x {spec.trials_per_arm} validation-only "
+        f"trials on each of {len(spec.workloads)} workloads ({', '.join(spec.workloads)}), "
+        f"then the selected configurations on fresh seeds {list(spec.final_seeds)}"
     )
-    final_runs, gaps = [], {}
-    for w in spec.workloads:
-        sweep = spec.sweep_spec(w)
-        concurrency = derive_concurrency(sweep, ray.cluster_resources())
-        points = [dict(p, label=a.name) for a in spec.arms for p in arm_points(spec, a)]
-        per_round = sweep.run_config().fl.clients_per_round
-        budget = sweep.search.client_rounds
+    return spec, started, t0
+
+
+def _workload(
+    spec: StudySpec, w: str, resume: bool, say, verbose: int, mlflow: str | None
+) -> tuple[pd.DataFrame, dict]:
+    """One workload: every arm's search, its selection (after robust re-evaluation, if asked),
+    then the final stage; returns its final runs and the selection gaps per arm."""
+    import ray
+    from ray import tune
+
+    from .launch import derive_concurrency, launch
+
+    sweep = spec.sweep_spec(w)
+    concurrency = derive_concurrency(sweep, ray.cluster_resources())
+    points = [dict(p, label=a.name) for a in spec.arms for p in arm_points(spec, a)]
+    per_round = sweep.run_config().fl.clients_per_round
+    budget, n = sweep.search.client_rounds, spec.trials_per_arm
+    say(
+        f"[{w}] search: {len(points)} trials ({n} per arm), {concurrency} at a time"
+        if not budget
+        else f"[{w}] search: up to {n} configurations per arm, {budget} client-rounds per "
+        f"arm, {concurrency} trials at a time"
+    )
+    stage = {"concurrency": concurrency, "resume": resume, "say": say, "verbose": verbose}
+    launch(
+        sweep,
+        "search",
+        total=f"at most {len(points)}" if budget else len(points),
+        mlflow=mlflow,
+        **stage,
+        **_search_args(spec, sweep, points, per_round),
+    )
+    trials = _trials(spec, sweep, points)
+    if spec.search.reeval_top:
+        trials = study_select.reeval(
+            spec, sweep, trials, _trials, concurrency, resume, say, verbose, mlflow
+        )
+    trials = study_select.selection_values(trials, spec)
+    chosen = study_select.select(trials, spec)
+    trials = study_select.mark(trials, chosen)
+    write_trials(spec.results_dir, sweep.name, trials.drop(columns=["trial_index"]))
+    for line in study_select.budget_lines(trials, spec, budget):
+        say(f"[{w}] {line}")
+    for line in _chosen_lines(spec, chosen):
+        say(f"[{w}] {line}")
+    finals = final_points(spec, chosen)
+    say(f"[{w}] final: {len(finals)} runs on fresh seeds, test split read once")
+    launch(
+        sweep,
+        "final",
+        param_space={"final": tune.grid_search(finals)},
+        total=len(finals),
+        mlflow=mlflow,
+        **stage,
+    )
+    runs = read_table(spec.results_dir, "runs")
+    finals_w = runs[(runs["stage"] == "final") & (runs["sweep"] == sweep.name)]
+    gaps = study_select.selection_gaps(trials, chosen, finals_w)
+    for arm, g in gaps.items():
         say(
-            f"[{w}] search: {len(points)} trials ({n} per arm), {concurrency} at a time"
-            if not budget
-            else f"[{w}] search: up to {n} configurations per arm, {budget} client-rounds per "
-            f"arm, {concurrency} trials at a time"
-        )
-        launch(
-            sweep,
-            "search",
-            concurrency=concurrency,
-            resume=resume,
-            say=say,
-            verbose=verbose,
-            total=f"at most {len(points)}" if budget else len(points),
-            mlflow=mlflow,
-            **_search_args(spec, sweep, points, per_round),
-        )
-        trials = _trials(spec, sweep, points)
-        if spec.search.reeval_top:
-            trials = study_select.reeval(
-                spec, sweep, trials, _trials, concurrency, resume, say, verbose, mlflow
+            f"[{w}] selection gap of {arm} (search − fresh-seed validation accuracy): "
+            f"{g['search_seed']:+.4f} on the search seed"
+            + (
+                f", {g['mean']:+.4f} as the mean over {g['seeds']} search seeds"
+                if g["seeds"] > 1
+                else ""
             )
-        trials = study_select.selection_values(trials, spec)
-        chosen = study_select.select(trials, spec)
-        trials = study_select.mark(trials, chosen)
-        write_trials(spec.results_dir, sweep.name, trials.drop(columns=["trial_index"]))
-        for line in study_select.budget_lines(trials, spec, budget):
-            say(f"[{w}] {line}")
-        for arm in (a.name for a in spec.arms):
-            got = chosen.get(arm, {})
-            text = (
-                "; ".join(
-                    f"{o}: val_acc={r['val_acc']:.4f} saving="
-                    f"{100 * (r['cum_saving_restricted'] or 0):.2f}%"
-                    for o, r in got.items()
-                )
-                or "no trial finished"
-            )
-            say(f"[{w}] {arm}: {text}")
-        finals = []
-        for arm in (a.name for a in spec.arms):
-            got = chosen.get(arm, {})
-            seen: dict[str, str] = {}
-            for objective, row in got.items():
-                if row["params_json"] in seen:
-                    continue  # the same configuration serves both objectives
-                label = arm if objective == "val_acc" else f"{arm}@{objective}"
-                seen[row["params_json"]] = label
-                params = json.loads(row["params_json"])
-                finals += [dict(params, seed=s, label=label) for s in spec.final_seeds]
-        say(f"[{w}] final: {len(finals)} runs on fresh seeds, test split read once")
-        launch(
-            sweep,
-            "final",
-            param_space={"final": tune.grid_search(finals)},
-            concurrency=concurrency,
-            resume=resume,
-            say=say,
-            verbose=verbose,
-            total=len(finals),
-            mlflow=mlflow,
         )
-        runs = read_table(spec.results_dir, "runs")
-        finals_w = runs[(runs["stage"] == "final") & (runs["sweep"] == sweep.name)]
-        final_runs.append(finals_w)
-        gaps[w] = study_select.selection_gaps(trials, chosen, finals_w)
-        for arm, g in gaps[w].items():
-            say(
-                f"[{w}] selection gap of {arm} (search − fresh-seed validation accuracy): "
-                f"{g['search_seed']:+.4f} on the search seed"
-                + (
-                    f", {g['mean']:+.4f} as the mean over {g['seeds']} search seeds"
-                    if g["seeds"] > 1
-                    else ""
-                )
-            )
-    wall = time.perf_counter() - t0
-    meta = dict(_metadata(spec, started, wall, "finished"), selection_gaps=gaps)
-    store.write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
-    say(f"study {spec.name} finished in {wall / 60:.1f} min; Parquet: {where}")
-    report_at_end(spec.results_dir, say)
-    return pd.concat(final_runs, ignore_index=True)
+    return finals_w, gaps
+
+
+def _chosen_lines(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> list[str]:
+    """Per arm, what each objective selected (or that no trial finished)."""
+    lines = []
+    for arm in (a.name for a in spec.arms):
+        got = chosen.get(arm, {})
+        text = "; ".join(
+            f"{o}: val_acc={r['val_acc']:.4f} saving={100 * (r['cum_saving_restricted'] or 0):.2f}%"
+            for o, r in got.items()
+        )
+        lines.append(f"{arm}: {text or 'no trial finished'}")
+    return lines
+
+
+def final_points(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The final stage's runs: each arm's selected configuration on every final seed, labelled
+    by the arm (``ARM@OBJECTIVE`` for a second objective's choice); a configuration chosen by
+    two objectives runs once, under the first objective's label."""
+    finals = []
+    for arm in (a.name for a in spec.arms):
+        seen: set[str] = set()
+        for objective, row in chosen.get(arm, {}).items():
+            if row["params_json"] in seen:
+                continue
+            seen.add(row["params_json"])
+            label = arm if objective == "val_acc" else f"{arm}@{objective}"
+            params = json.loads(row["params_json"])
+            finals += [dict(params, seed=s, label=label) for s in spec.final_seeds]
+    return finals
 
 
 def _trials(

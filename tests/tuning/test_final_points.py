@@ -37,3 +37,27 @@ def test_the_paper_sweep_runs_its_answer_first_and_its_controls_on_their_seeds()
             "seed": 101,
         },
     ]
+
+
+def test_a_study_runs_each_chosen_configuration_once_per_final_seed():
+    from reuse_ray.tuning.study import final_points as study_points
+    from reuse_ray.tuning.study_spec import load_study
+
+    spec = load_study(ROOT / "sweeps" / "study.yaml", scale="small")
+    same = {"params_json": '{"train.lr": 0.1}'}
+    chosen = {
+        "fedavg": {"val_acc": same, "retention": same},  # one configuration serves both
+        "dg_fedreuse": {
+            "val_acc": {"params_json": '{"dg.tau0": 0.5}'},
+            "retention": {"params_json": '{"dg.tau0": 0.9}'},
+        },
+    }
+    assert spec.final_seeds == (1001, 1002)
+    assert study_points(spec, chosen) == [
+        {"train.lr": 0.1, "seed": 1001, "label": "fedavg"},
+        {"train.lr": 0.1, "seed": 1002, "label": "fedavg"},
+        {"dg.tau0": 0.5, "seed": 1001, "label": "dg_fedreuse"},
+        {"dg.tau0": 0.5, "seed": 1002, "label": "dg_fedreuse"},
+        {"dg.tau0": 0.9, "seed": 1001, "label": "dg_fedreuse@retention"},
+        {"dg.tau0": 0.9, "seed": 1002, "label": "dg_fedreuse@retention"},
+    ]
