@@ -22,6 +22,9 @@ def search_budget(trials: pd.DataFrame, study: dict) -> pd.DataFrame:
     t = trials.copy()
     if "client_rounds" not in t:
         t["client_rounds"] = float("nan")
+    # the study's workload order (the trials table holds them in the order files were read)
+    order = {f"{study.get('name')}-{w}": k for k, w in enumerate(study.get("workloads") or [])}
+    t = t.iloc[t["sweep"].map(order).fillna(len(order)).argsort(kind="stable")]
     rows = []
     for (sweep, arm), g in t.groupby(["sweep", "arm"], sort=False):
         w = _workload(study, sweep)
@@ -61,12 +64,14 @@ def budget_summary(table: pd.DataFrame) -> list[str]:
         budget = g["budget"].iloc[0]
         line = (
             f"{w}: {int(n.median()) if n.median() == int(n.median()) else n.median()} "
-            f"configurations per arm (median; {n.min()}–{n.max()}), {100 * stopped:.0f} % of "
-            f"them stopped early; {int(spent.min())}–{int(spent.max())} client-rounds spent per arm"
+            "configurations per arm "
+            + ("(every arm)" if n.min() == n.max() else f"(median; {_span(n)})")
+            + f", {100 * stopped:.0f} % of "
+            f"them stopped early; {_span(spent)} client-rounds spent per arm"
             + (f" of {budget}" if budget != "" else "")
         )
         if extra.notna().any():
-            line += f", robust selection {int(extra.min())}–{int(extra.max())} more"
+            line += f", robust selection {_span(extra)} more"
         lines.append(line + ".")
     return lines
 
@@ -88,6 +93,12 @@ def gap_summary(study: dict) -> str:
         seeds = max(g["seeds"] for g in robust)
         text += f", {mean:.4f} as the mean over {seeds} search seeds (robust selection's value)"
     return text + ".\n"
+
+
+def _span(values: pd.Series) -> str:
+    """``lo–hi`` of integer values, or the one value where they are all equal."""
+    lo, hi = int(values.min()), int(values.max())
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
 
 
 def _int(values: pd.Series) -> int | str:

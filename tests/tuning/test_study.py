@@ -280,8 +280,8 @@ def test_report_leaderboard_prints_the_study_header(tmp_path, capsys):
     assert "best 2 by each objective rerun on search seeds [202]" in out
     assert "0.0500 on the search seed, 0.0100 as the mean over 2 search seeds" in out
     assert (
-        "digits: 3 configurations per arm (median; 3–3), 67 % of them stopped early; 500–500 "
-        "client-rounds spent per arm of 500, robust selection 300–300 more." in out
+        "digits: 3 configurations per arm (every arm), 67 % of them stopped early; 500 "
+        "client-rounds spent per arm of 500, robust selection 300 more." in out
     )
     from analysis import load
     from analysis.report import budget_section
