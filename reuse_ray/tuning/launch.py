@@ -14,7 +14,7 @@ from typing import Any
 from ..errors import UserError
 from ..results.storage import Storage, join
 from .spec import SweepSpec
-from .trainable import trial_main
+from .trainable import trial_main, trial_trainable
 
 
 def derive_concurrency(spec: SweepSpec, resources: dict[str, float]) -> int:
@@ -69,13 +69,15 @@ def launch(
     storage, fs = tune_storage(spec.results_dir)
     name = f"{spec.name}-{stage}"
     trainable = tune.with_resources(
-        tune.with_parameters(
-            trial_main,
-            spec=spec,
-            stage=stage,
-            reference_val=reference,
-            verbose=verbose,
-            mlflow=mlflow,
+        trial_trainable(
+            tune.with_parameters(
+                trial_main,
+                spec=spec,
+                stage=stage,
+                reference_val=reference,
+                verbose=verbose,
+                mlflow=mlflow,
+            )
         ),
         tune.PlacementGroupFactory(spec.trial.bundles()),
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,14 @@ from ..results.writer import RunWriter
 from .spec import SweepSpec
 
 STATE_FILE = "run_state.pt"  # reuse_ray.checkpoint: data only, never unpickled as code
+
+# How long a trial process that Tune stops at a report waits for its run to record its end
+STOP_GRACE_S = 60.0
+# This trial process's run, as its trainable's cleanup must know it (design: Early-ending
+# searches): no run in progress (set), and a run waiting in ``tune.report`` (set)
+_RUN_ENDED = threading.Event()
+_RUN_ENDED.set()
+_AT_REPORT = threading.Event()
 
 
 def objective_value(
@@ -108,6 +117,7 @@ class TuneReporter(Observer):
         metrics = trial_metrics(
             self.spec, rec.row, last, self.reference_val, self.run_id, "running", self.label
         )
+        _AT_REPORT.set()
         try:
             if rec.checkpoint is None:
                 tune.report(metrics)
@@ -119,6 +129,45 @@ class TuneReporter(Observer):
             # Tune ends a trial its scheduler stopped by exiting the trial's thread at its next
             # report; the run ends here instead, with its rows so far and status "stopped"
             raise StopRun from None
+        finally:
+            _AT_REPORT.clear()
+
+
+def _waits_at_report() -> bool:
+    """Whether this process's run waits in ``tune.report``."""
+    return _AT_REPORT.is_set()
+
+
+def _await_run_end(timeout: float = STOP_GRACE_S) -> bool:
+    """Wait until this process's run (if any) has recorded its end; True if it has."""
+    return _RUN_ENDED.wait(timeout)
+
+
+def trial_trainable(fn):
+    """Tune's function trainable over ``fn`` (``trial_main`` with its parameters), whose
+    cleanup lets a run stopped at its report record its end before the process goes.
+
+    Tune stops a trial (its scheduler, or a spent client-round budget) while the trial waits in
+    ``tune.report``: the cleanup releases it there, and the run ends with status ``stopped``
+    and its rows so far. Tune does not wait for that thread (at the end of an experiment it
+    terminates the process right after the cleanup), so a run that needed a moment to write its
+    last rows was left recorded as ``running``; this cleanup waits for it (at most
+    ``STOP_GRACE_S``). A run busy between reports is not waited for: it is interrupted, not
+    stopped, and ``--resume`` continues it from its checkpoint."""
+    from ray.tune.trainable.function_trainable import wrap_function
+
+    base = wrap_function(fn)
+
+    class Trial(base):
+        def cleanup(self):
+            # module functions only: this class travels by value, the events stay per process
+            stopping_at_report = _waits_at_report()
+            super().cleanup()
+            if stopping_at_report:
+                _await_run_end()
+
+    Trial.__name__ = Trial.__qualname__ = base.__name__
+    return Trial
 
 
 def trial_backend(spec: SweepSpec, cfg, name: str):
@@ -155,6 +204,23 @@ def trial_main(
 
         for name in ("ray.train", "ray.tune", "ray.air"):
             logging.getLogger(name).setLevel(logging.WARNING)
+
+    _RUN_ENDED.clear()
+    try:
+        _trial(config, spec, stage, reference_val, verbose, mlflow)
+    finally:
+        _RUN_ENDED.set()
+
+
+def _trial(
+    config: dict[str, Any],
+    spec: SweepSpec,
+    stage: str,
+    reference_val: float | None,
+    verbose: int,
+    mlflow: str | None,
+) -> None:
+    """The trial itself (``trial_main`` marks this process's run as in progress around it)."""
     from ray import tune
 
     params = dict(config.get("final", config))
