@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
@@ -124,6 +126,30 @@ def launch(
             ),
         )
     return tuner.fit()
+
+
+@dataclass(frozen=True)
+class Launcher:
+    """What every stage of one sweep or study is launched with: ``launcher(spec, stage, ...)``
+    is :func:`launch` with these settings (a study's workloads each have their own spec)."""
+
+    concurrency: int
+    resume: bool
+    say: Callable[[str], Any] = print
+    verbose: int = 0
+    mlflow: str | None = None
+
+    def __call__(self, spec: SweepSpec, stage: str, **kw):
+        return launch(
+            spec,
+            stage,
+            concurrency=self.concurrency,
+            resume=self.resume,
+            say=self.say,
+            verbose=self.verbose,
+            mlflow=self.mlflow,
+            **kw,
+        )
 
 
 def quiet_tune() -> None:

@@ -60,33 +60,27 @@ def choose(trials: pd.DataFrame, spec: SweepSpec, top: int) -> tuple[pd.DataFram
     return out.loc[order[:top]], out
 
 
-def run_stage(spec, trials, reference, table, concurrency, resume, say, verbose, mlflow):
+def run_stage(spec: SweepSpec, trials: pd.DataFrame, reference, table, run) -> pd.DataFrame:
     """The re-evaluation stage: the candidates rerun on each ``search.reeval_seeds`` seed as
-    Tune trials of stage ``reeval``; returns ``trials`` with their rows (``table`` builds them
-    from Tune's results, as for the search stage)."""
+    Tune trials of stage ``reeval``, launched by the sweep's :class:`.launch.Launcher` ``run``;
+    returns ``trials`` with their rows (``table`` builds them from Tune's results, as for the
+    search stage)."""
     from ray import tune
-
-    from .launch import launch
 
     cands = candidates(trials, spec.search.reeval_top)
     pts = points(cands, spec.search.reeval_seeds)
     if not pts:
         return trials
-    say(
+    run.say(
         f"robust selection: the best {len(cands)} configurations again on search seeds "
         f"{list(spec.search.reeval_seeds)} ({len(pts)} validation-only runs)"
     )
-    results = launch(
+    results = run(
         spec,
         "reeval",
         param_space={"final": tune.grid_search(pts)},
-        concurrency=concurrency,
-        resume=resume,
         reference=reference,
-        say=say,
-        verbose=verbose,
         total=len(pts),
-        mlflow=mlflow,
     )
     return pd.concat([trials, table(spec, results, reference, "reeval")], ignore_index=True)
 

@@ -171,7 +171,7 @@ def _workload(
     import ray
     from ray import tune
 
-    from .launch import derive_concurrency, launch
+    from .launch import Launcher, derive_concurrency
 
     sweep = spec.sweep_spec(w)
     concurrency = derive_concurrency(sweep, ray.cluster_resources())
@@ -184,20 +184,16 @@ def _workload(
         else f"[{w}] search: up to {n} configurations per arm, {budget} client-rounds per "
         f"arm, {concurrency} trials at a time"
     )
-    stage = {"concurrency": concurrency, "resume": resume, "say": say, "verbose": verbose}
-    launch(
+    run = Launcher(concurrency, resume, say, verbose, mlflow)
+    run(
         sweep,
         "search",
         total=f"at most {len(points)}" if budget else len(points),
-        mlflow=mlflow,
-        **stage,
         **_search_args(spec, sweep, points, per_round),
     )
     trials = _trials(spec, sweep, points)
     if spec.search.reeval_top:
-        trials = study_select.reeval(
-            spec, sweep, trials, _trials, concurrency, resume, say, verbose, mlflow
-        )
+        trials = study_select.reeval(spec, sweep, trials, _trials, run)
     trials = study_select.selection_values(trials, spec)
     chosen = study_select.select(trials, spec)
     trials = study_select.mark(trials, chosen)
@@ -208,14 +204,7 @@ def _workload(
         say(f"[{w}] {line}")
     finals = final_points(spec, chosen)
     say(f"[{w}] final: {len(finals)} runs on fresh seeds, test split read once")
-    launch(
-        sweep,
-        "final",
-        param_space={"final": tune.grid_search(finals)},
-        total=len(finals),
-        mlflow=mlflow,
-        **stage,
-    )
+    run(sweep, "final", param_space={"final": tune.grid_search(finals)}, total=len(finals))
     runs = read_table(spec.results_dir, "runs")
     finals_w = runs[(runs["stage"] == "final") & (runs["sweep"] == sweep.name)]
     gaps = study_select.selection_gaps(trials, chosen, finals_w)

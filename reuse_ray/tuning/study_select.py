@@ -70,13 +70,12 @@ def candidates(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
     return pd.concat(picks).drop_duplicates(["arm", "params_json"])
 
 
-def reeval(spec, sweep, trials, table, concurrency, resume, say, verbose, mlflow) -> pd.DataFrame:
+def reeval(spec, sweep, trials, table, run) -> pd.DataFrame:
     """Robust selection's stage ``reeval``: every arm's candidates on each further search seed
     (validation only), appended to the trials as rows of that stage (``table(spec, sweep,
-    points, stage)`` reads them from the runs table)."""
+    points, stage)`` reads them from the runs table; ``run``: the study's
+    :class:`.launch.Launcher`)."""
     from ray import tune
-
-    from .launch import launch
 
     cands = candidates(trials, spec)
     pts = [
@@ -86,22 +85,12 @@ def reeval(spec, sweep, trials, table, concurrency, resume, say, verbose, mlflow
     ]
     if not pts:
         return trials
-    say(
+    run.say(
         f"[{sweep.name.removeprefix(spec.name + '-')}] robust selection: {len(cands)} candidate "
         f"configurations again on search seeds {list(spec.search.reeval_seeds)} ({len(pts)} "
         "validation-only runs)"
     )
-    launch(
-        sweep,
-        "reeval",
-        param_space={"final": tune.grid_search(pts)},
-        concurrency=concurrency,
-        resume=resume,
-        say=say,
-        verbose=verbose,
-        total=len(pts),
-        mlflow=mlflow,
-    )
+    run(sweep, "reeval", param_space={"final": tune.grid_search(pts)}, total=len(pts))
     return pd.concat([trials, table(spec, sweep, pts, stage="reeval")], ignore_index=True)
 
 

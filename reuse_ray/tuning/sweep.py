@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +25,7 @@ from ..errors import UserError
 from ..results import read_table
 from ..results.storage import Storage, dated_folder, display, join, latest_dated
 from . import reeval
-from .launch import derive_concurrency, launch
+from .launch import Launcher, derive_concurrency
 from .spaces import load_space
 from .spec import SweepSpec
 from .trials import pareto_front, search_trials, trial_row, trials_file, write_trials
@@ -134,30 +133,6 @@ def select(df: pd.DataFrame, spec: SweepSpec, top: int) -> pd.DataFrame:
     return ok.sort_values(["objective_value", "val_acc"], ascending=False).head(top)
 
 
-@dataclass(frozen=True)
-class _Stages:
-    """What every stage of one sweep is launched with (design: Validation-only search)."""
-
-    spec: SweepSpec
-    concurrency: int
-    resume: bool
-    say: Callable[[str], Any]
-    verbose: int
-    mlflow: str | None
-
-    def launch(self, stage: str, **kw):
-        return launch(
-            self.spec,
-            stage,
-            concurrency=self.concurrency,
-            resume=self.resume,
-            say=self.say,
-            verbose=self.verbose,
-            mlflow=self.mlflow,
-            **kw,
-        )
-
-
 def run_sweep(
     spec: SweepSpec,
     resume: bool = False,
@@ -170,8 +145,7 @@ def run_sweep(
 
     ``verbose``: 0 prints our own trial lines only; 1 adds Tune's status tables; 2 also every
     trial's per-round lines."""
-    st = _open(spec, resume, final_only, say, verbose, mlflow)
-    spec = st.spec
+    spec, run = _open(spec, resume, final_only, say, verbose, mlflow)
     trials_path = join(spec.results_dir, trials_file(spec.name))
     reference = None
     if spec.search.searcher == "none":
@@ -180,21 +154,21 @@ def run_sweep(
         trials = _finished_search(spec, trials_path)
     else:
         reference = _reference_val(spec, say)
-        trials = _search(st, reference)
-    chosen, trials = _choose(st, trials, reference)
+        trials = _search(spec, run, reference)
+    chosen, trials = _choose(spec, run, trials, reference)
     trials["selected"] = trials["run_id"].isin(chosen["run_id"])
     write_trials(spec.results_dir, spec.name, trials)
     _say_choice(spec, chosen, trials, trials_path, say)
     selected = [json.loads(p) for p in chosen["params_json"]]
     final_runs = None
     if spec.final is not None and selected:
-        final_runs = _final_stage(st, selected, trials, chosen)
+        final_runs = _final_stage(spec, run, selected, trials, chosen)
     say(f"Parquet: {display(spec.results_dir)}  (pandas.read_parquet(DIR/'rounds'))")
     report_at_end(spec.results_dir, say)
     return SweepOutcome(spec.results_dir, trials, selected, final_runs)
 
 
-def _open(spec: SweepSpec, resume, final_only, say, verbose, mlflow) -> _Stages:
+def _open(spec: SweepSpec, resume, final_only, say, verbose, mlflow) -> tuple[SweepSpec, Launcher]:
     """Connect, name the sweep's folder (after connecting: a cluster that does not answer
     leaves no dated folder behind), refuse a start over results or a resume of nothing."""
     from ..distributed import ensure_ray
@@ -233,7 +207,7 @@ def _open(spec: SweepSpec, resume, final_only, say, verbose, mlflow) -> _Stages:
         f"{resources.get('GPU', 0):g} GPUs; "
         f"results in {where}"
     )
-    return _Stages(spec, concurrency, resume, say, verbose, mlflow)
+    return spec, Launcher(concurrency, resume, say, verbose, mlflow)
 
 
 def _protocol_trials(spec: SweepSpec) -> pd.DataFrame:
@@ -267,18 +241,18 @@ def _finished_search(spec: SweepSpec, trials_path: str) -> pd.DataFrame:
     return pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
 
 
-def _search(st: _Stages, reference: float | None) -> pd.DataFrame:
+def _search(spec: SweepSpec, run: Launcher, reference: float | None) -> pd.DataFrame:
     """The validation-only search stage (early-ending under its scheduler and client-round
     budget, if any); its trials table."""
-    spec = st.spec
-    alg, metric, mode, space = make_searcher(spec, st.concurrency)
+    alg, metric, mode, space = make_searcher(spec, run.concurrency)
     budget = None
     if spec.search.client_rounds:
         from .budget import ClientRoundBudget
 
         per_round = spec.run_config().fl.clients_per_round
         budget = ClientRoundBudget(spec.search.client_rounds, per_round)
-    results = st.launch(
+    results = run(
+        spec,
         "search",
         param_space=space,
         search_alg=alg,
@@ -292,7 +266,7 @@ def _search(st: _Stages, reference: float | None) -> pd.DataFrame:
     )
     trials = search_trials(spec, results, reference)
     if budget is not None:
-        st.say(
+        run.say(
             f"client-round budget: {budget.spent()} of {spec.search.client_rounds} spent "
             f"by {len(trials)} configurations"
         )
@@ -300,26 +274,15 @@ def _search(st: _Stages, reference: float | None) -> pd.DataFrame:
 
 
 def _choose(
-    st: _Stages, trials: pd.DataFrame, reference: float | None
+    spec: SweepSpec, run: Launcher, trials: pd.DataFrame, reference: float | None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the configurations the final stage reruns, the trials table): every protocol point;
     else the best by objective, after re-evaluation on further search seeds if asked."""
-    spec = st.spec
     top = spec.final.top if spec.final else 1
     if spec.search.searcher == "none":
         return trials, trials
     if spec.search.reeval_top:
-        trials = reeval.run_stage(
-            spec,
-            trials,
-            reference,
-            search_trials,
-            st.concurrency,
-            st.resume,
-            st.say,
-            st.verbose,
-            st.mlflow,
-        )
+        trials = reeval.run_stage(spec, trials, reference, search_trials, run)
         return reeval.choose(trials, spec, top)
     return select(trials, spec, top), trials
 
@@ -366,18 +329,18 @@ def final_points(spec: SweepSpec, selected: list[dict[str, Any]]) -> list[dict[s
     return points
 
 
-def _final_stage(st: _Stages, selected, trials, chosen) -> pd.DataFrame:
+def _final_stage(spec: SweepSpec, run: Launcher, selected, trials, chosen) -> pd.DataFrame:
     """The selected configurations and the references on the fresh seeds, the test split read
     once at the final round; the console's per-label summary (and selection gaps)."""
     from ray import tune
 
-    spec, say = st.spec, st.say
+    say = run.say
     points = final_points(spec, selected)
     say(
         f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
         "test split read once at the final round"
     )
-    st.launch("final", param_space={"final": tune.grid_search(points)}, total=len(points))
+    run(spec, "final", param_space={"final": tune.grid_search(points)}, total=len(points))
     runs = read_table(spec.results_dir, "runs")
     final_runs = runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
     if spec.search.reeval_top:
