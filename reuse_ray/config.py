@@ -59,6 +59,9 @@ class DataConfig:
     # a fixed stratified subset of about this many training images (after the validation
     # carve-out; every class in proportion, drawn from split_seed); 0: the whole split
     train_subset: int = 0
+    # a fixed stratified subset of about this many test images (smoke runs; drawn from
+    # split_seed, checked against the split's size when it is read at round T); 0: all of it
+    test_subset: int = 0
 
     def __post_init__(self) -> None:
         check_choice("name", self.name, DATASETS)
@@ -73,6 +76,7 @@ class DataConfig:
         check_range("synthetic_classes", self.synthetic_classes, 2)
         check_range("synthetic_noise", self.synthetic_noise, 0.0)
         check_range("train_subset", self.train_subset, 0)
+        check_range("test_subset", self.test_subset, 0)
 
 
 @dataclass(frozen=True)
@@ -324,6 +328,8 @@ class RunConfig:
         payload = {k: v for k, v in flatten(self).items() if not _is_non_identity(k)}
         if not self.data.train_subset:  # added later: ids of whole-split runs stay as they were
             payload.pop("data.train_subset", None)
+        if not self.data.test_subset:
+            payload.pop("data.test_subset", None)
         if self.engine.vectorize:
             payload["engine.vectorize_group"] = self.engine.vectorize_group
         if self.engine.channels_last:

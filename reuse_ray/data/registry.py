@@ -365,21 +365,32 @@ def load_dataset(cfg) -> FederatedData:
     data = loader(cfg)
     if cfg.train_subset:
         data.train = _subset(data.train, cfg.train_subset, cfg.split_seed, cfg.name)
+    if cfg.test_subset:
+        whole = data._load_test
+        data._load_test = lambda: _subset(
+            whole(), cfg.test_subset, cfg.split_seed, cfg.name, split="test"
+        )
     return data
 
 
-def _subset(train: ArraySplit, n: int, split_seed: int, name: str) -> ArraySplit:
-    """A fixed stratified subset of about ``n`` images of the training split: every class
-    in proportion (rounded per class), drawn from the ``split_seed`` stream, in row order."""
-    if n >= len(train):
+def _subset(
+    part: ArraySplit, n: int, split_seed: int, name: str, split: str = "train"
+) -> ArraySplit:
+    """A fixed stratified subset of about ``n`` images of the training (or test) split: every
+    class in proportion (rounded per class), drawn from the ``split_seed`` stream, in row
+    order. The test split's subset is drawn when the split is read, at round T."""
+    if n >= len(part):
+        after = " (after the validation carve-out)" if split == "train" else ""
         raise UserError(
-            f"data.train_subset: {n} is not below the {len(train)} training images of {name} "
-            "(after the validation carve-out); allowed: 0 (all) or fewer"
+            f"data.{split}_subset: {n} is not below the {len(part)} "
+            f"{'training' if split == 'train' else 'test'} images of {name}{after}; "
+            "allowed: 0 (all) or fewer"
         )
+    stream = 3 if split == "train" else 4
     _, keep = stratified_split(
-        train.y, n / len(train), generator(split_seed, Purpose.DATA_SPLIT, 3)
+        part.y, n / len(part), generator(split_seed, Purpose.DATA_SPLIT, stream)
     )
-    return ArraySplit(train.x[keep], train.y[keep])
+    return ArraySplit(part.x[keep], part.y[keep])
 
 
 def load_apart(cfg) -> tuple[ArraySplit, FederatedData]:

@@ -276,3 +276,34 @@ def test_a_training_subset_is_fixed_stratified_and_only_its_own_run_id_changes(t
     assert shipped.is_file(), run_id
     with pytest.raises(UserError, match="data.train_subset: 5000 is not below"):
         load_dataset(DataConfig(name="digits", train_subset=5000))
+
+
+def test_a_test_subset_is_fixed_stratified_read_once_and_only_its_own_run_id_changes():
+    from reuse_ray.config import RunConfig
+    from reuse_ray.data import load_dataset
+    from reuse_ray.data.registry import TestSplitAccessError
+    from reuse_ray.errors import UserError
+
+    full = load_dataset(DataConfig(name="digits")).test()  # 359 of digits' 1,797 images
+    part = load_dataset(DataConfig(name="digits", test_subset=90))
+    assert part.test_reads == 0  # nothing read before round T
+    x = part.test()
+    assert part.test_reads == 1 and abs(len(x) - 90) <= 10
+    np.testing.assert_array_equal(
+        x.x, load_dataset(DataConfig(name="digits", test_subset=90)).test().x
+    )
+    # every class in proportion, rows of the test split itself
+    assert np.abs(np.bincount(full.y) / len(full) - np.bincount(x.y) / len(x)).max() < 0.02
+    rows = {r.tobytes() for r in full.x}
+    assert all(r.tobytes() in rows for r in x.x)
+    # training and validation as without it
+    plain = load_dataset(DataConfig(name="digits"))
+    np.testing.assert_array_equal(part.train.x, plain.train.x)
+    np.testing.assert_array_equal(part.val.x, plain.val.x)
+    # a validation-only stage still may not read it
+    part.forbid_test()
+    with pytest.raises(TestSplitAccessError):
+        part.test()
+    assert RunConfig(data=DataConfig(test_subset=90)).run_id != RunConfig().run_id
+    with pytest.raises(UserError, match=r"data.test_subset: 359 is not below the 359 test images"):
+        load_dataset(DataConfig(name="digits", test_subset=len(full))).test()
