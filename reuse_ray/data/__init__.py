@@ -1,6 +1,7 @@
 """Datasets, splits and partitions (design: Keyed streams and pairing; methods: The paper's
 protocol)."""
 
+from .fetch import fetch
 from .partition import class_counts, make_partition
 from .registry import (
     ArraySplit,
@@ -9,7 +10,6 @@ from .registry import (
     FederatedData,
     TestSplitAccessError,
     default_root,
-    fetch,
     load_dataset,
 )
 
