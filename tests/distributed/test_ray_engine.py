@@ -267,7 +267,7 @@ class _KillingBackend(RayBackend):
 
 def test_killing_a_worker_mid_round_changes_nothing(tmp_path):
     kw = {"fl__rounds": 3, "train__epochs": 8, "train__batch_size": 8}
-    calm = _ray(small_config(tmp_path / "calm", **kw), num_workers=2)
+    calm = small_config(tmp_path / "calm", **kw)  # undisturbed: the local engine's tables
     run_fl(calm)
     hit = _ray(small_config(tmp_path / "hit", **kw), num_workers=2)
     backend = _KillingBackend(hit)
@@ -321,19 +321,28 @@ class _ServerKiller(RayBackend):
             rb.RemoteServer.step = step
 
 
+SERVER_KILL = {"fl__rounds": 6, "method__name": "mifa", "fl__participation": "bernoulli"}
+
+
+@pytest.fixture(scope="module")
+def calm_mifa(tmp_path_factory):
+    """The tables of the undisturbed run the server-kill tests disturb (the local engine's:
+    the Ray engine's are the same, bit for bit)."""
+    cfg = small_config(tmp_path_factory.mktemp("calm"), **SERVER_KILL)
+    assert run_fl(cfg).status == "finished"
+    return _frames(cfg.results_dir)
+
+
 @pytest.mark.parametrize("place", ["worker", "own"])
-def test_killing_the_server_actor_changes_nothing(tmp_path, place):
+def test_killing_the_server_actor_changes_nothing(tmp_path, calm_mifa, place):
     """The server's process dies twice (with ``place`` worker, that is client worker 0's,
     which Ray restarts without the server's state); the tables are those of a calm run."""
-    kw = {"fl__rounds": 6, "method__name": "mifa", "fl__participation": "bernoulli"}
-    calm = _ray(small_config(tmp_path / "calm", **kw), num_workers=2, server_process="own")
-    run_fl(calm)
-    hit = _ray(small_config(tmp_path / "hit", **kw), num_workers=2, server_process=place)
+    hit = _ray(small_config(tmp_path / "hit", **SERVER_KILL), num_workers=2, server_process=place)
     backend = _ServerKiller(hit)
     assert run_fl(hit, backend=backend).status == "finished"
     assert backend.restarts == 2 and backend.mid_done  # both kills happened and were survived
     assert backend.hosted == (place == "worker")
-    a, b = _frames(calm.results_dir), _frames(hit.results_dir)
+    a, b = calm_mifa, _frames(hit.results_dir)
     for name in a:
         pd.testing.assert_frame_equal(a[name], b[name], check_exact=True)
 
