@@ -76,6 +76,9 @@ class ConsoleReporter(Callback):
             self.say(
                 f"  {self.stage} trial {trial.trial_id} not run: the client-round budget is spent"
             )
+        elif r.get("status") == "error":  # a user error ended it (not restarted)
+            self._end(trial, "error")
+            self.say(f"    {r.get('error')}")
         elif r.get("status") == "running":
             self._end(trial, f"stopped by the scheduler after round {r.get('round')}")
         else:

@@ -17,6 +17,7 @@ from typing import Any
 
 from ..engine import RunHooks, make_backend, run_fl
 from ..engine.observers import Observer, RoundDone, StopRun
+from ..errors import UserError
 from ..results.writer import RunWriter
 from .spec import SweepSpec
 
@@ -208,8 +209,37 @@ def trial_main(
     _RUN_ENDED.clear()
     try:
         _trial(config, spec, stage, reference_val, verbose, mlflow)
+    except UserError as err:
+        # the trial's own configuration or data is wrong: a restart would fail the same way,
+        # so the trial ends here, once, with the error as its last report (Tune restarts only a
+        # trial that raised: one whose process or node died)
+        tune_report_error(err, config)
     finally:
         _RUN_ENDED.set()
+
+
+def error_metrics(err: BaseException, label: str | None) -> dict[str, Any]:
+    """The last report of a trial ended by a user error: its one-line error, the worst value
+    of every objective (the searchers learn the region fails) and no round."""
+    from .reeval import PENALTY
+
+    text = str(err).splitlines()[0] if str(err) else ""
+    return {
+        "status": "error",
+        "error": f"{type(err).__name__}: {text}",
+        "objective": PENALTY,
+        "val_acc": 0.0,
+        "cum_up_restricted": float("inf"),
+        "round": 0,
+        "val_round": 0,
+        "label": label,
+    }
+
+
+def tune_report_error(err: BaseException, config: dict[str, Any]) -> None:
+    from ray import tune
+
+    tune.report(error_metrics(err, dict(config.get("final", config)).get("label")))
 
 
 def _trial(

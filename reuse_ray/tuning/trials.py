@@ -121,14 +121,16 @@ def search_trials(
             run_id = spec.run_config(params if seed is None else {**params, "seed": seed}).run_id
         except Exception:  # noqa: BLE001 - a bad parameter combination is reported as an error
             run_id = None
-        status = "error" if r.error else metrics.get("status", "unknown")
+        # a trial that raised (Tune's error), or one a user error ended (its last report)
+        failed = r.error is not None or metrics.get("status") == "error"
+        status = "error" if failed else metrics.get("status", "unknown")
         val = metrics.get("val_acc")
         saving = metrics.get("cum_saving_restricted")
         reached = metrics.get("round")
         if run_id is not None and runs is not None and run_id in runs.index:
             # the runs table is the record: a run that diverged before its first evaluation has
             # no validation accuracy there (NaN), whatever Tune was told to keep its searcher going
-            status = runs.loc[run_id, "status"] if not r.error else "error"
+            status = runs.loc[run_id, "status"] if not failed else "error"
             val = _float_or_nan(runs.loc[run_id, "final_val_acc"])
             saving = _float_or_nan(runs.loc[run_id, "cum_saving_restricted"])
             reached = int(runs.loc[run_id, "rounds_completed"])
@@ -151,7 +153,7 @@ def search_trials(
                 cum_saving_restricted=saving,
                 reference_val_acc=reference,
                 objective_value=value if known else None,
-                error=_error_text(r.error) if r.error else None,
+                error=_error_text(r.error) if r.error else metrics.get("error"),
                 round_reached=reached,
                 client_rounds=None if reached is None else int(reached) * per_round,
                 seed=seed,

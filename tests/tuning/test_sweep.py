@@ -472,6 +472,9 @@ def test_a_sweep_whose_every_trial_fails_writes_its_trials_and_says_why(tmp_path
     assert len(trials) == 2 and (trials["status"] == "error").all()
     assert trials["error"].str.contains("too small for the shallow CNN").all()
     assert any("too small for the shallow CNN" in line for line in said)
+    # a user error ends its trial once: no restart (the same configuration fails the same way)
+    assert not any("restarting" in line for line in said), said
+    assert sum(" error: " in line and "(error)" in line for line in said) == 2
 
 
 def test_a_diverged_trial_reads_nan_in_trials_and_runs(tmp_path):
