@@ -163,6 +163,17 @@ def crash_at(t: int):
     return CrashAt()
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    """Two lanes (``-n 2 --dist loadgroup``, pyproject.toml): every test that starts Ray or runs
+    end to end (marked ``ray`` or ``slow``) runs in one worker, one after the other, as in a
+    serial run (one Ray at a time: ports, agents and CPUs are not shared); the fast tests fill
+    the other worker meanwhile. Without xdist the marks do nothing."""
+    for item in items:
+        if item.get_closest_marker("ray") or item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.xdist_group("ray"))
+
+
 def small_config(tmp_path: Path, **overrides) -> RunConfig:
     """A few-second FedAvg run on the embedded digits data."""
     base = {
