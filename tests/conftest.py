@@ -165,12 +165,12 @@ def crash_at(t: int):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Two lanes (``-n 2 --dist loadgroup``, pyproject.toml): every test that starts Ray or runs
-    end to end (marked ``ray`` or ``slow``) runs in one worker, one after the other, as in a
-    serial run (one Ray at a time: ports, agents and CPUs are not shared); the fast tests fill
-    the other worker meanwhile. Without xdist the marks do nothing."""
+    """Two lanes (``-n 2 --dist loadgroup``, pyproject.toml): every test that starts Ray
+    (marked ``ray``) runs in one worker, one after the other, as in a serial run (one Ray at a
+    time: ports, agents and temp dirs are never shared); the other tests fill the other worker
+    meanwhile. Without xdist the mark does nothing."""
     for item in items:
-        if item.get_closest_marker("ray") or item.get_closest_marker("slow"):
+        if item.get_closest_marker("ray"):
             item.add_marker(pytest.mark.xdist_group("ray"))
 
 

@@ -231,6 +231,7 @@ def test_plain_fedavg_learns_digits(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.ray  # the quickstart's run is on the Ray engine: it starts a local Ray
 def test_cli_run_and_bad_config(tmp_path, capsys):
     rc = main(
         [
