@@ -213,7 +213,9 @@ def trial_main(
         # the trial's own configuration or data is wrong: a restart would fail the same way,
         # so the trial ends here, once, with the error as its last report (Tune restarts only a
         # trial that raised: one whose process or node died)
-        tune_report_error(err, config)
+        from ray import tune
+
+        tune.report(error_metrics(err, config.get("final", config).get("label")))
     finally:
         _RUN_ENDED.set()
 
@@ -234,12 +236,6 @@ def error_metrics(err: BaseException, label: str | None) -> dict[str, Any]:
         "val_round": 0,
         "label": label,
     }
-
-
-def tune_report_error(err: BaseException, config: dict[str, Any]) -> None:
-    from ray import tune
-
-    tune.report(error_metrics(err, dict(config.get("final", config)).get("label")))
 
 
 def _trial(
