@@ -313,15 +313,9 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(err, "frames", "") and not debug:  # the user's own code raised it
             print(err.frames, file=sys.stderr)
         return 2
-    except Terminated as err:
-        print(
-            f"reuse-ray: {err} — what finished is kept; rerun (or sweep --resume) to continue",
-            file=sys.stderr,
-        )
-        return 128 + err.signum
-    except KeyboardInterrupt:
-        print("reuse-ray: interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as err:  # Ctrl-C, SIGTERM (Terminated), a stage Tune stopped
+        print(f"reuse-ray: {_interrupted_line(args, err)}", file=sys.stderr)
+        return 128 + (err.signum if isinstance(err, Terminated) else int(signal.SIGINT))
     except Exception:  # noqa: BLE001 - anything else is a bug: keep its traceback
         traceback.print_exc()
         print(
@@ -333,6 +327,16 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if before is not _OFF_MAIN_THREAD:  # a handler not set from Python was the default
             signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+def _interrupted_line(args: argparse.Namespace, err: KeyboardInterrupt) -> str:
+    """The one line an interrupted command ends with: what stopped it, and how to go on."""
+    what = str(err) if isinstance(err, Terminated) else "interrupted"
+    if args.command == "sweep":
+        return f"{what} — rerun with --resume to continue (finished runs are kept)"
+    if args.command == "run":
+        return f"{what} — the run is recorded as interrupted; rerun the command to start it again"
+    return what
 
 
 _OFF_MAIN_THREAD = object()

@@ -32,3 +32,14 @@ class Terminated(KeyboardInterrupt):
     def __init__(self, signum: int = 15):
         super().__init__(f"terminated by signal {signum}")
         self.signum = signum
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C during a Tune stage: Tune stopped the stage's trials and saved its state, the
+    unfinished runs are recorded ``interrupted``, and nothing after the stage runs (no
+    selection, no final stage, no report), so ``--resume`` continues where it stopped."""
+
+    def __init__(self, stage: str = "", runs: int = 0):
+        where = f" in the {stage} stage" if stage else ""
+        super().__init__(f"interrupted{where} ({runs} unfinished runs recorded as interrupted)")
+        self.stage, self.runs = stage, runs

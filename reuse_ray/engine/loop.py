@@ -102,6 +102,18 @@ class _Run:
     error: str | None = None
     test: tuple[float, float] | None = None
     memory: dict[str, int] | None = None
+    # the attempts before this one (a run resumed from a checkpoint): how many, when the first
+    # started, the wall time they spent up to that checkpoint (None: a checkpoint written
+    # before the record kept it), and its round
+    attempts: int = 1
+    first_started_at: str | None = None
+    wall_before: float | None = 0.0
+    resumed_from: int | None = None
+
+    def wall(self) -> tuple[float | None, float]:
+        """(wall seconds over every attempt, this attempt's)."""
+        mine = time.perf_counter() - self.t_start
+        return (None if self.wall_before is None else self.wall_before + mine), mine
 
 
 def run_fl(
@@ -144,6 +156,9 @@ def run_fl(
             run.test = backend.evaluate(data.test())
         if run.status in ("finished", "diverged"):
             run.memory = backend.memory_bytes()
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (errors.Terminated)
+        run.status, run.error = "interrupted", str(err) or "interrupted (Ctrl-C)"
+        raise
     except BaseException as err:
         run.status, run.error = "failed", f"{type(err).__name__}: {err}"
         raise
@@ -161,7 +176,8 @@ def _open_run(cfg: RunConfig, hooks: RunHooks, force: bool) -> _Run:
     t_start = time.perf_counter()
     started_at = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     retain_freed_memory()
-    return _Run(cfg, hooks, _open_writer(cfg, hooks, force), t_start, started_at)
+    writer = _open_writer(cfg, hooks, force)
+    return _Run(cfg, hooks, writer, t_start, started_at, first_started_at=started_at)
 
 
 def _start(
@@ -226,10 +242,12 @@ def _set_up(run: _Run, backend: Backend, data: FederatedData | None):
                 "class_counts": counts[i].tolist(),
             },
         )
-    run.row = _run_row(cfg, cfg.run_id, hooks, facts, backend, run.started_at)
     if resumed is not None:
         run.recorder.resume(resumed)
         run.first_round = resumed.round + 1
+        run.attempts, run.resumed_from = resumed.attempts + 1, resumed.round
+        run.first_started_at, run.wall_before = resumed.started_at, resumed.wall_s
+    run.row = _run_row(cfg, cfg.run_id, hooks, facts, backend, run)
     run.completed = run.first_round - 1
     writer.set_run_row(run.row)
     writer.flush()
@@ -304,7 +322,11 @@ def _record(
     checkpoint = live and p.checkpoint
     if p.val is not None or checkpoint:
         run.writer.flush(("rounds", "client_events"))
-    blob = backend.checkpoint(recorder.checkpoint(p.round)) if checkpoint else None
+    blob = None
+    if checkpoint:
+        total, _ = run.wall()
+        state = recorder.checkpoint(p.round, run.attempts, run.first_started_at, total)
+        blob = backend.checkpoint(state)
     rec = RoundDone(
         p.round,
         row,
@@ -339,7 +361,7 @@ def _finish(run: _Run, data: FederatedData, diverged_at: int | None) -> RunEnded
             **recorder.totals(),
             "server_memory_bytes": memory["server"] if memory else None,
             "client_memory_bytes": memory["client"] if memory else None,
-            "wall_s": time.perf_counter() - run.t_start,
+            **dict(zip(("wall_s", "attempt_wall_s"), run.wall(), strict=True)),
         }
     )
     run.writer.set_run_row(run.row)
@@ -401,7 +423,7 @@ def prepare_data(cfg: RunConfig) -> tuple[FederatedData, list[np.ndarray]]:
 
 
 def _run_row(
-    cfg: RunConfig, run_id: str, hooks: RunHooks, facts: RunFacts, backend: Backend, started_at: str
+    cfg: RunConfig, run_id: str, hooks: RunHooks, facts: RunFacts, backend: Backend, run: _Run
 ) -> dict[str, Any]:
     return {
         "run_id": run_id,
@@ -419,7 +441,10 @@ def _run_row(
         "rounds_completed": 0,
         "num_params": facts.num_params,
         "dense_bytes": facts.dense_bytes,
-        "started_at": started_at,
+        "started_at": run.first_started_at,
+        "attempts": run.attempts,
+        "resumed_from_round": run.resumed_from,
+        "attempt_started_at": run.started_at,
         "test_reads": 0,
         "host": socket.gethostname(),
         "ray_node": _ray_node(),

@@ -30,6 +30,12 @@ class RunCheckpoint:
     last_val: tuple[float, float] | None
     rows: dict[str, list[dict[str, Any]]]  # rounds and client_events so far
     server: Any  # the server's snapshot (a backend's handle to it, on the Ray driver)
+    # the attempts that got the run here: how many, when the first started, and their wall
+    # seconds up to this checkpoint (a checkpoint written before these were kept reads the
+    # defaults: one attempt, start and time unknown)
+    attempts: int = 1
+    started_at: str | None = None
+    wall_s: float | None = None
 
 
 def round_bytes(report: RoundReport, b0: int) -> RoundBytes:
@@ -119,11 +125,20 @@ class Recorder:
             )
         return row
 
-    def checkpoint(self, t: int, server: Any = None) -> RunCheckpoint:
-        """The run's state after round t; the backend fills ``server`` (its snapshot) where it
-        writes the file (:meth:`~reuse_ray.engine.backend.Backend.checkpoint`)."""
+    def checkpoint(
+        self,
+        t: int,
+        attempts: int = 1,
+        started_at: str | None = None,
+        wall_s: float | None = None,
+    ) -> RunCheckpoint:
+        """The run's state after round t, with the attempts that got it there; the backend
+        fills ``server`` (its snapshot) where it writes the file
+        (:meth:`~reuse_ray.engine.backend.Backend.checkpoint`)."""
         rows = {k: list(self.writer.rows[k]) for k in ("rounds", "client_events")}
-        return RunCheckpoint(t, self.cum, self.total_steps, self.last_val, rows, server)
+        return RunCheckpoint(
+            t, self.cum, self.total_steps, self.last_val, rows, None, attempts, started_at, wall_s
+        )
 
     def totals(self) -> dict[str, Any]:
         """The ledger and step columns of the ``runs`` row."""

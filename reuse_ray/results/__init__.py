@@ -1,7 +1,7 @@
 """Results: the declared Parquet schema, the writer, the reader and where results live."""
 
 from .reader import ResultsError, read_table
-from .schema import RUN_TABLES, SCHEMAS, TABLES, TIMING_COLUMNS
+from .schema import ATTEMPT_COLUMNS, RUN_TABLES, SCHEMAS, TABLES, TIMING_COLUMNS
 from .storage import Storage
 from .writer import RunWriter, rows_to_table
 
@@ -10,6 +10,7 @@ __all__ = [
     "SCHEMAS",
     "TABLES",
     "TIMING_COLUMNS",
+    "ATTEMPT_COLUMNS",
     "ResultsError",
     "RunWriter",
     "Storage",

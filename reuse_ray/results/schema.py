@@ -36,7 +36,10 @@ from ..config import flat_field_types
 TABLES = ("runs", "rounds", "client_events", "clients", "trials")
 PARTITION_COLUMN = "method"
 
-RUN_STATUS = ("running", "finished", "failed", "diverged", "stopped")
+# running: in progress, or its process was killed outright; stopped: a scheduler or a budget
+# ended it early (its rows are a prefix of the full run's); interrupted: Ctrl-C or SIGTERM ended
+# it (``--resume`` continues it); failed: an error ended it
+RUN_STATUS = ("running", "finished", "failed", "diverged", "stopped", "interrupted")
 # the decision names of client events: reuse_ray.algorithms.api.DECISIONS (fresh, reused, lazy,
 # waiting, oracle, fill)
 
@@ -90,8 +93,15 @@ RUN_COLUMNS = [
     pa.field("server_memory_bytes", pa.int64()),
     pa.field("client_memory_bytes", pa.int64()),
     pa.field("client_steps", pa.int64()),
+    # wall seconds summed over the run's attempts (each up to the checkpoint the next resumed
+    # from, the last one whole), and when the first started; null where a resumed checkpoint
+    # was written before they were kept
     pa.field("wall_s", pa.float64()),
     pa.field("started_at", pa.string()),
+    pa.field("attempts", pa.int64()),  # 1 for a run never resumed
+    pa.field("resumed_from_round", pa.int64()),  # the last attempt's checkpoint round, or null
+    pa.field("attempt_started_at", pa.string()),  # the last attempt's start and wall seconds
+    pa.field("attempt_wall_s", pa.float64()),
     pa.field("host", pa.string()),  # the machine whose process drove the run (hostname)
     pa.field("ray_node", pa.string()),  # its Ray node id (hex), when it ran inside Ray
     pa.field("config_json", pa.string()),
@@ -245,4 +255,15 @@ SCHEMAS: Mapping[str, pa.Schema] = _Schemas(
 )
 
 # columns that say when and where a run ran, and therefore differ between otherwise identical runs
-TIMING_COLUMNS = {"wall_s", "round_wall_s", "started_at", "host", "ray_node"}
+TIMING_COLUMNS = {
+    "wall_s",
+    "round_wall_s",
+    "started_at",
+    "attempt_started_at",
+    "attempt_wall_s",
+    "host",
+    "ray_node",
+}
+# how a run got to its end: they differ between an interrupted-and-resumed run and an
+# undisturbed one whose every metric they share
+ATTEMPT_COLUMNS = {"attempts", "resumed_from_round", "attempt_started_at", "attempt_wall_s"}

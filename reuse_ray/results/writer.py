@@ -159,3 +159,28 @@ class RunWriter:
         for table in RUN_TABLES:
             self.store.delete(self.final_path(table))
             self.store.delete(self.attempt_path(table))
+
+
+def mark_interrupted(results_dir: str | Path, runs: list[tuple[str, str]], why: str) -> int:
+    """Record the unfinished runs ``[(method, run_id), …]`` as ``interrupted`` (with ``why`` as
+    their error) after their trial processes ended: a run whose process was stopped at its
+    report recorded ``stopped``, one killed between reports ``running``; a run that reached any
+    other status keeps it. Returns how many runs were marked."""
+    store = Storage.of(results_dir)
+    marked = 0
+    for method, run_id in runs:
+        w = RunWriter(results_dir, run_id, method)
+        rel = next(
+            (p for p in (w.final_path("runs"), w.attempt_path("runs")) if store.is_file(p)), None
+        )
+        if rel is None:
+            continue
+        with store.fs.open_input_file(store.path(rel)) as fh:
+            rows = pq.ParquetFile(fh).read().to_pylist()
+        if not rows or rows[0]["status"] not in ("running", "stopped"):
+            continue
+        rows[0].update(status="interrupted", error=why)
+        rows[0].pop(PARTITION_COLUMN, None)
+        store.write_parquet(rel, rows_to_table("runs", rows))
+        marked += 1
+    return marked

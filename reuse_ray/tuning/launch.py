@@ -64,9 +64,11 @@ def launch(
     from ray import tune
 
     from .console import ConsoleReporter, trial_label
+    from .interrupt import InterruptWatch
 
     if verbose < 1:
         quiet_tune()
+    _hide_tune_restore_hints()
 
     storage, fs = tune_storage(spec.results_dir)
     name = f"{spec.name}-{stage}"
@@ -120,12 +122,52 @@ def launch(
                 verbose=min(verbose, 3),
                 # a trial whose process or node died continues from its last checkpoint
                 failure_config=tune.FailureConfig(max_failures=int(spec.trial.max_failures)),
-                callbacks=[ConsoleReporter(say, stage, total or num_samples)],
+                callbacks=[ConsoleReporter(say, stage, total or num_samples), InterruptWatch(name)],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 stop=stop,
             ),
         )
-    return tuner.fit()
+    return _fit(tuner, spec, stage, name)
+
+
+def _fit(tuner, spec: SweepSpec, stage: str, name: str):
+    """``tuner.fit()``, and after it the SIGINT handler it replaced (Tune leaves its own in
+    place when an experiment ends by itself, and that one would swallow the next Ctrl-C). A
+    Ctrl-C that ended the experiment records its live trials' runs as interrupted and raises
+    :class:`Interrupted` (module ``interrupt``)."""
+    import signal
+    import threading
+
+    from ..errors import Interrupted
+    from .interrupt import interrupted_trials, start_watch
+
+    main = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGINT) if main else None
+    start_watch(name)
+    try:
+        results = tuner.fit()
+    finally:
+        if main and before is not None:
+            signal.signal(signal.SIGINT, before)
+    live = interrupted_trials(name)
+    if live is None:
+        return results
+    raise Interrupted(stage, record_interrupted(spec, stage, live))
+
+
+def record_interrupted(spec: SweepSpec, stage: str, trial_ids: set[str]) -> int:
+    """Mark the runs of ``stage``'s interrupted trials ``interrupted``; how many were marked."""
+    from ..results.reader import read_table_if_any
+    from ..results.writer import mark_interrupted
+
+    runs = read_table_if_any(spec.results_dir, "runs")
+    if runs is None or not trial_ids:
+        return 0
+    mine = runs[
+        (runs["sweep"] == spec.name) & (runs["stage"] == stage) & runs["trial_id"].isin(trial_ids)
+    ]
+    pairs = list(zip(mine["method"], mine["run_id"], strict=True))
+    return mark_interrupted(spec.results_dir, pairs, "interrupted (Ctrl-C); --resume continues it")
 
 
 @dataclass(frozen=True)
@@ -165,6 +207,26 @@ def quiet_tune() -> None:
     os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
     for name in ("ray.tune", "ray.train", "ray.air"):
         logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class _TuneRestoreHints:
+    """A logging filter: Tune's lines on Ctrl-C ("Stop signal received…", "Experiment has been
+    interrupted… Resume experiment with: Tuner.restore(…)") speak of its Python API; the
+    command's own line says what to do (``--resume``)."""
+
+    HIDDEN = ("Stop signal received", "has been interrupted, but the most recent state")
+
+    def filter(self, record) -> bool:
+        text = str(record.msg)
+        return not any(h in text for h in self.HIDDEN)
+
+
+def _hide_tune_restore_hints() -> None:
+    import logging
+
+    log = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, _TuneRestoreHints) for f in log.filters):
+        log.addFilter(_TuneRestoreHints())
 
 
 def check_tune_state_is_yours(path: str) -> None:

@@ -110,9 +110,15 @@ def run_study(
 
     spec, started, t0 = _open(spec, resume, say, address)
     final_runs, gaps = [], {}
-    for w in spec.workloads:
-        finals_w, gaps[w] = _workload(spec, w, resume, say, verbose, mlflow)
-        final_runs.append(finals_w)
+    try:
+        for w in spec.workloads:
+            finals_w, gaps[w] = _workload(spec, w, resume, say, verbose, mlflow)
+            final_runs.append(finals_w)
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the study is recorded as interrupted
+        meta = _metadata(spec, started, None, "interrupted")
+        meta["wall_s"] = time.perf_counter() - t0  # what --resume's wall clock goes on from
+        Storage.of(spec.results_dir).write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
+        raise
     wall = time.perf_counter() - t0
     meta = dict(_metadata(spec, started, wall, "finished"), selection_gaps=gaps)
     Storage.of(spec.results_dir).write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -14,7 +15,7 @@ import pytest
 import yaml
 from conftest import ray_temp_dir, stop_ray_under
 
-from reuse_ray.results import TIMING_COLUMNS, read_table
+from reuse_ray.results import ATTEMPT_COLUMNS, TIMING_COLUMNS, read_table
 from reuse_ray.results.reader import read_table_if_any
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
@@ -53,7 +54,7 @@ def _stop_ray() -> None:
 
 def _frames(results: Path) -> dict[str, pd.DataFrame]:
     out = {}
-    drop = TIMING_COLUMNS | {"trial_id", "cfg.results_dir", "config_json"}
+    drop = TIMING_COLUMNS | ATTEMPT_COLUMNS | {"trial_id", "cfg.results_dir", "config_json"}
     for table, keys in (
         ("runs", ["run_id"]),
         ("rounds", ["run_id", "round"]),
@@ -66,12 +67,48 @@ def _frames(results: Path) -> dict[str, pd.DataFrame]:
     return out
 
 
-def test_kill_driver_then_resume_matches_an_uninterrupted_sweep(tmp_path):
-    spec = tmp_path / "resume.yaml"
-    spec.write_text(yaml.safe_dump(SWEEP))
+def _env() -> dict[str, str]:
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=TEMP)
     env.pop("RAY_ADDRESS", None)
-    calm, hit = tmp_path / "calm", tmp_path / "hit"
+    return env
+
+
+@pytest.fixture(scope="module")
+def sweep_file(tmp_path_factory) -> Path:
+    spec = tmp_path_factory.mktemp("spec") / "resume.yaml"
+    spec.write_text(yaml.safe_dump(SWEEP))
+    return spec
+
+
+@pytest.fixture(scope="module")
+def calm(sweep_file, tmp_path_factory) -> Path:
+    """The sweep run once, undisturbed: what every interrupted and resumed one must equal."""
+    out = tmp_path_factory.mktemp("calm") / "res"
+    ref = subprocess.run(
+        _cli("sweep", str(sweep_file), "--results", str(out)),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    _stop_ray()
+    assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
+    return out
+
+
+def _assert_same_as(calm: Path, hit: Path) -> None:
+    a, b = _frames(calm), _frames(hit)
+    for table in a:
+        assert len(a[table]) == len(b[table]), table
+        pd.testing.assert_frame_equal(a[table], b[table], check_exact=True)
+    assert (b["runs"]["status"] == "finished").all() and len(b["runs"]) == 5
+    trials = read_table(hit, "trials")
+    assert len(trials) == 4 and trials["status"].eq("finished").all()
+
+
+def test_kill_driver_then_resume_matches_an_uninterrupted_sweep(tmp_path, sweep_file, calm):
+    spec, env = sweep_file, _env()
+    hit = tmp_path / "hit"
 
     proc = subprocess.Popen(
         _cli("sweep", str(spec), "--results", str(hit)),
@@ -119,20 +156,115 @@ def test_kill_driver_then_resume_matches_an_uninterrupted_sweep(tmp_path):
     )
     _stop_ray()
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    ref = subprocess.run(
-        _cli("sweep", str(spec), "--results", str(calm)),
-        env=env,
+    _assert_same_as(calm, hit)
+
+
+def _ctrl_c(
+    args: list[str], results: Path, stage: str, after_round: int = 1
+) -> subprocess.CompletedProcess:
+    """Run the CLI in its own process group and send SIGINT to the group, as a terminal's
+    Ctrl-C does, once a run of ``stage`` has written ``after_round`` rounds."""
+    proc = subprocess.Popen(
+        _cli(*args),
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and proc.poll() is None:
+            runs = read_table_if_any(results, "runs")
+            rows = read_table_if_any(results, "rounds")
+            if runs is not None and rows is not None:
+                mine = runs[runs["stage"] == stage]
+                reached = rows.loc[rows["run_id"].isin(mine["run_id"]), "round"]
+                if len(reached) and reached.max() >= after_round:
+                    os.killpg(proc.pid, signal.SIGINT)
+                    break
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"the command never reached its {stage} stage")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        _stop_ray()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+INTERRUPTED_LINE = "interrupted — rerun with --resume to continue"
+
+
+def test_ctrl_c_in_either_stage_says_so_and_resume_matches_an_uninterrupted_sweep(
+    tmp_path, sweep_file, calm
+):
+    hit = tmp_path / "hit"
+    # Ctrl-C in the search stage: exit 130, one line, nothing chosen, no final stage, no report
+    first = _ctrl_c(["sweep", str(sweep_file), "--results", str(hit)], hit, "search")
+    assert first.returncode == 130, first.stdout[-2000:] + first.stderr[-2000:]
+    assert INTERRUPTED_LINE in first.stderr
+    assert "best configuration" not in first.stdout and "final stage" not in first.stdout
+    assert "Tuner.restore" not in first.stdout + first.stderr  # Tune's own hint is not ours
+    assert not (hit / "trials").exists() and not (hit / "report").exists()
+    runs = read_table(hit, "runs")
+    assert runs["stage"].eq("search").all()
+    assert runs["status"].eq("interrupted").any() and not runs["status"].eq("stopped").any()
+    assert runs["status"].isin(["finished", "interrupted"]).all()
+    # --resume, then Ctrl-C in the final stage: the same, and no final-stage summary
+    # (after round 3: the run has a checkpoint, from round 2, to resume from)
+    again = ["sweep", str(sweep_file), "--results", str(hit), "--resume"]
+    second = _ctrl_c(again, hit, "final", after_round=3)
+    assert second.returncode == 130, second.stdout[-2000:] + second.stderr[-2000:]
+    assert INTERRUPTED_LINE in second.stderr
+    assert "test_acc mean" not in second.stdout and not (hit / "report").exists()
+    final = read_table(hit, "runs").query("stage == 'final'")
+    assert final["status"].eq("interrupted").all() and final["test_acc"].isna().all()
+    # --resume to the end: the same Parquet as the undisturbed sweep
+    done = subprocess.run(
+        _cli("sweep", str(sweep_file), "--results", str(hit), "--resume"),
+        env=_env(),
         capture_output=True,
         text=True,
         timeout=900,
     )
     _stop_ray()
-    assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _assert_same_as(calm, hit)
+    assert (hit / "report" / "report.html").exists()
+    resumed = read_table(hit, "runs").query("stage == 'final'").iloc[0]
+    assert resumed["attempts"] == 2 and resumed["resumed_from_round"] >= 2
+    assert resumed["wall_s"] > resumed["attempt_wall_s"]  # both attempts' time
+    assert resumed["started_at"] < resumed["attempt_started_at"]
 
-    a, b = _frames(calm), _frames(hit)
-    for table in a:
-        assert len(a[table]) == len(b[table]), table
-        pd.testing.assert_frame_equal(a[table], b[table], check_exact=True)
-    assert (b["runs"]["status"] == "finished").all() and len(b["runs"]) == 5
-    trials = read_table(hit, "trials")
-    assert len(trials) == 4 and trials["status"].eq("finished").all()
+
+STUDY = {
+    "name": "tiny",
+    "kind": "study",
+    "budget": {"trials_per_arm": 2, "seed": 0},
+    "shared": {"train.lr": [0.02, 0.1, "log"]},
+    "objectives": ["val_acc"],
+    "retention_reference": "fedavg",
+    "final": {"seeds": [1001]},
+    "trial": {"backend": "local", "cpus": 1},
+    "checkpoint_every": 2,
+    "workloads": {"digits": SWEEP["base"]},
+    "arms": {
+        "fedavg": {"fixed": {"method.name": "fedavg", "method.topk_ratio": 1.0}, "space": "fedavg"},
+        "dg": {"fixed": {"method.name": "dg_fedreuse"}, "space": "dg_fedreuse"},
+    },
+}
+
+
+def test_ctrl_c_in_a_study_records_it_interrupted(tmp_path):
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(STUDY))
+    out = tmp_path / "res"
+    hit = _ctrl_c(["sweep", str(spec), "--results", str(out)], out, "search")
+    assert hit.returncode == 130, hit.stdout[-2000:] + hit.stderr[-2000:]
+    assert INTERRUPTED_LINE in hit.stderr and "final:" not in hit.stdout
+    meta = json.loads((out / "study.json").read_text())
+    assert meta["status"] == "interrupted" and meta["wall_s"] > 0
+    runs = read_table(out, "runs")
+    assert runs["status"].eq("interrupted").any() and not (out / "report").exists()
