@@ -10,6 +10,7 @@ when the run starts and says so when they differ.
 
 from __future__ import annotations
 
+import os
 import platform
 from collections import Counter
 
@@ -76,3 +77,29 @@ def mixed_kinds_note(kinds: list[dict[str, str]]) -> str | None:
         "of this config may not reproduce this run bit for bit; for reproducible runs "
         "give the client workers nodes of one kind"
     )
+
+
+def check_environment(cfg) -> None:
+    """What a run (a ``RunConfig``) needs from this machine, checked before any data or Ray
+    work: a writable results directory, and CUDA where ``engine.device=cuda`` runs in this
+    process."""
+    from .errors import UserError
+    from .results.storage import Storage
+
+    Storage.of(cfg.results_dir).check_writable()
+    e = cfg.engine
+    starts_local_ray = e.backend == "ray" and not (e.ray_address or os.environ.get("RAY_ADDRESS"))
+    if e.device == "cuda" and (e.backend == "local" or starts_local_ray):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError(
+                "engine.device: cuda, but this machine has no usable GPU — "
+                "allowed here: cpu or auto"
+            )
+    cpus = os.cpu_count() or 1
+    if starts_local_ray and e.device != "cuda" and e.cpu_per_worker > cpus:
+        raise UserError(
+            f"engine.cpu_per_worker: {e.cpu_per_worker:g}, but this machine has "
+            f"{cpus} CPUs — allowed: (0, {cpus}]"
+        )

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import datetime as _dt
 import json
-import os
 import socket
 import sys
 import time
@@ -30,8 +29,9 @@ from ..config import RunConfig, flatten, to_dict
 from ..data import class_counts, load_dataset, make_partition
 from ..data.registry import FederatedData
 from ..errors import UserError
+from ..machine import check_environment
 from ..results import RunWriter
-from ..results.storage import Storage, anchored
+from ..results.storage import anchored
 from ..results.writer import COMPLETE
 from .backend import Backend
 from .driver import Played, RoundDriver
@@ -368,28 +368,6 @@ def _finish(run: _Run, data: FederatedData, diverged_at: int | None) -> RunEnded
     run.writer.flush()
     run.writer.finish(run.status)
     return RunEnded(run.status, run.row, diverged_at if run.status == "diverged" else None, test)
-
-
-def check_environment(cfg: RunConfig) -> None:
-    """What a run needs from this machine, checked before any data or Ray work: a writable
-    results directory, and CUDA where ``engine.device=cuda`` runs in this process."""
-    Storage.of(cfg.results_dir).check_writable()
-    e = cfg.engine
-    starts_local_ray = e.backend == "ray" and not (e.ray_address or os.environ.get("RAY_ADDRESS"))
-    if e.device == "cuda" and (e.backend == "local" or starts_local_ray):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UserError(
-                "engine.device: cuda, but this machine has no usable GPU — "
-                "allowed here: cpu or auto"
-            )
-    cpus = os.cpu_count() or 1
-    if starts_local_ray and e.device != "cuda" and e.cpu_per_worker > cpus:
-        raise UserError(
-            f"engine.cpu_per_worker: {e.cpu_per_worker:g}, but this machine has "
-            f"{cpus} CPUs — allowed: (0, {cpus}]"
-        )
 
 
 def make_backend(cfg: RunConfig) -> Backend:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 
 import numpy as np
@@ -187,7 +188,7 @@ def test_an_interrupt_during_a_rounds_validation_claims_no_round_the_tables_lack
     with pytest.raises(KeyboardInterrupt):
         run_fl(cfg)
     runs = read_table(cfg.results_dir, "runs")
-    assert runs.iloc[0]["status"] == "failed" and runs.iloc[0]["rounds_completed"] == 2
+    assert runs.iloc[0]["status"] == "interrupted" and runs.iloc[0]["rounds_completed"] == 2
     assert runs.iloc[0]["final_round"] == 2
     assert sorted(read_table(cfg.results_dir, "rounds")["round"]) == [1, 2]
 
@@ -486,3 +487,54 @@ def test_a_backend_whose_workers_span_machine_kinds_says_so_once(tmp_path):
     plain: list[str] = []
     run_fl(dataclasses.replace(cfg, results_dir=str(tmp_path / "b")), progress=plain.append)
     assert not any("note:" in ln for ln in plain)
+
+
+def test_a_resumed_run_records_its_attempts_and_an_older_checkpoint_still_resumes(tmp_path):
+    """The runs row says how a run got to its end: attempts, the round it resumed from, the
+    first start and wall time over every attempt; a checkpoint written before these were kept
+    (no such fields in its tree) resumes, its earlier time recorded as unknown."""
+    import torch
+
+    from reuse_ray import checkpoint
+    from reuse_ray.engine import RunHooks
+
+    kw = {"fl__rounds": 5}
+    straight = small_config(tmp_path / "straight", **kw)
+    blobs = {}
+    run_fl(
+        straight,
+        hooks=RunHooks(
+            checkpoint_every=2,
+            observers=(SaveCheckpoints(lambda blob, t: blobs.__setitem__(t, blob)),),
+        ),
+    )
+    first = read_table(straight.results_dir, "runs").iloc[0]
+    assert first["attempts"] == 1 and pd.isna(first["resumed_from_round"])
+    assert first["wall_s"] == first["attempt_wall_s"]
+    assert first["started_at"] == first["attempt_started_at"]
+    state = checkpoint.loads(blobs[2])
+    assert state.attempts == 1 and state.started_at == first["started_at"]
+    assert 0 < state.wall_s < first["wall_s"]
+
+    resumed = small_config(tmp_path / "resumed", **kw)
+    run_fl(resumed, hooks=RunHooks(resume=blobs[2]))
+    row = read_table(resumed.results_dir, "runs").iloc[0]
+    assert row["attempts"] == 2 and row["resumed_from_round"] == 2
+    assert row["started_at"] == first["started_at"] <= row["attempt_started_at"]
+    assert row["wall_s"] == pytest.approx(state.wall_s + row["attempt_wall_s"])
+    assert row["test_acc"] == first["test_acc"]
+
+    # the same checkpoint as an older version wrote it: no attempt fields in its tree
+    doc = torch.load(io.BytesIO(blobs[2]), weights_only=True)
+    tree = json.loads(doc["tree"])
+    for name in ("attempts", "started_at", "wall_s"):
+        del tree["fields"][name]
+    doc["tree"] = json.dumps(tree)
+    buf = io.BytesIO()
+    torch.save(doc, buf)
+    old = small_config(tmp_path / "old", **kw)
+    run_fl(old, hooks=RunHooks(resume=buf.getvalue()))
+    row = read_table(old.results_dir, "runs").iloc[0]
+    assert row["attempts"] == 2 and row["resumed_from_round"] == 2
+    assert pd.isna(row["started_at"]) and pd.isna(row["wall_s"]) and row["attempt_wall_s"] > 0
+    assert row["test_acc"] == first["test_acc"]

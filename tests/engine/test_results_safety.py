@@ -52,7 +52,7 @@ def test_an_unfinished_attempt_is_replaced_without_force(tmp_path):
     cfg = small_config(tmp_path, fl__rounds=3, fl__eval_every=1)
     with pytest.raises(KeyboardInterrupt):
         run_fl(cfg, backend=crash_at(3))
-    assert read_table(cfg.results_dir, "runs").iloc[0]["status"] == "failed"
+    assert read_table(cfg.results_dir, "runs").iloc[0]["status"] == "interrupted"
     assert run_fl(cfg).status == "finished"  # not a result yet: a plain rerun replaces it
     assert len(read_table(cfg.results_dir, "rounds")) == 3
 
@@ -124,7 +124,7 @@ def test_a_full_disk_is_one_line_and_keeps_what_was_written(tmp_path, monkeypatc
 
 def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
     """``ray job stop`` or a scheduler's preemption sends SIGTERM: the CLI ends the run as on
-    Ctrl-C — one line, exit 143, the runs row marked failed with the rounds it finished and
+    Ctrl-C — one line, exit 143, the runs row marked interrupted with the rounds it finished and
     the rounds table holding exactly those (it used to die with the row left 'running')."""
     import signal
 
@@ -145,11 +145,12 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(tmp_path, monkeypatch, capsys):
     assert signal.getsignal(signal.SIGTERM) is handler  # put back when the command ends
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert err == [
-        "reuse-ray: terminated by signal 15 — what finished is kept; rerun (or "
-        "sweep --resume) to continue"
+        "reuse-ray: terminated by signal 15 — the run is recorded as interrupted; rerun the "
+        "command to start it again"
     ]
     runs = read_table(tmp_path / "res", "runs")
-    assert runs.iloc[0]["status"] == "failed" and runs.iloc[0]["error"].startswith("Terminated")
+    assert runs.iloc[0]["status"] == "interrupted"
+    assert runs.iloc[0]["error"] == "terminated by signal 15"
     assert runs.iloc[0]["rounds_completed"] == 2
     assert sorted(read_table(tmp_path / "res", "rounds")["round"]) == [1, 2]
 

@@ -95,7 +95,7 @@ def test_without_rename_progress_is_hidden_and_final_files_are_written_once(
     finals = writes[first_final:]
     assert len(finals) == len(set(finals)) == 4
     assert not any(Path(w).name.startswith(".") for w in finals)
-    assert read_table(cfg.results_dir, "runs").iloc[0]["status"] == "failed"
+    assert read_table(cfg.results_dir, "runs").iloc[0]["status"] == "interrupted"
     assert len(read_table(cfg.results_dir, "rounds")) == 2
     assert list(Path(cfg.results_dir).rglob(".*.attempt.parquet")) == []
     writes.clear()
