@@ -202,6 +202,18 @@ class Mlflow(Observer):
         )
 
 
+class StopAfter(Observer):
+    """Ends the run after round ``t`` (status ``stopped``): a trial a scheduler stopped there,
+    recomputed with the same rows."""
+
+    def __init__(self, t: int):
+        self.t = t
+
+    def on_round(self, rec: RoundDone) -> None:
+        if rec.live and rec.round >= self.t:
+            raise StopRun
+
+
 class SaveCheckpoints(Observer):
     """Hands each checkpoint's bytes and round to ``save(blob, t)``."""
 

@@ -76,7 +76,18 @@ def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
         ),
         partition_base_dir=base,
     )
-    return dataset.to_table().to_pandas()
+    try:
+        return dataset.to_table().to_pandas()
+    except (pa.ArrowException, OSError) as err:  # a file whose footer reads but whose data not
+        for path in files:
+            try:
+                with fs.open_input_file(path) as fh:
+                    pq.ParquetFile(fh).read()
+            except Exception as bad:  # noqa: BLE001 - the damaged one, named
+                raise ResultsError(f"corrupt Parquet file {path}: {bad}") from None
+        raise ResultsError(
+            f"the {table!r} table under {location!s} cannot be read: {err}"
+        ) from None
 
 
 def read_table(location: str | Path, table: str) -> pd.DataFrame:

@@ -127,7 +127,70 @@ def launch(
                 stop=stop,
             ),
         )
-    return _fit(tuner, spec, stage, name)
+    results = _fit(tuner, spec, stage, name)
+    if resume:
+        recompute_missing(spec, stage, results, say)
+    return results
+
+
+def set_aside_damaged(results_dir: str, say) -> list[str]:
+    """Before a resume: every table file read whole; a damaged run's files go aside (module
+    ``results.damage``), named on the console, and its trial's run is recomputed after its
+    stage (:func:`recompute_missing`). Returns the run ids set aside."""
+    from ..results.damage import find_damaged, set_aside
+    from ..results.storage import display
+
+    damaged = find_damaged(results_dir)
+    if not damaged:
+        return []
+    folder, runs = set_aside(results_dir, damaged)
+    for d in damaged:
+        say(f"damaged result: {display(join(results_dir, d.rel))} cannot be read ({d.error})")
+    say(
+        f"  set aside in {display(folder)} with the rest of each damaged run's files; "
+        + (f"{len(runs)} damaged runs are" if len(runs) != 1 else "1 damaged run is")
+        + " recomputed"
+    )
+    return runs
+
+
+def recompute_missing(spec: SweepSpec, stage: str, results, say) -> int:
+    """After a resumed stage: a trial Tune kept as ended whose run has no runs row in the
+    results (its files were set aside as damaged) is recomputed here, in the driver, with the
+    trial's own hooks — to the round a scheduler stopped it at, if it did — so the stage's
+    tables are whole again. Returns how many runs were recomputed."""
+    from ..engine import RunHooks, run_fl
+    from ..engine.observers import StopAfter
+    from ..results.writer import RunWriter
+    from .trainable import trial_backend
+
+    done = 0
+    for result in results:
+        m, config = result.metrics or {}, result.config or {}
+        if m.get("status") not in ("finished", "diverged", "running") or not m.get("run_id"):
+            continue  # an error, an unrun point of a spent budget
+        params = dict(config.get("final", config))
+        label = params.pop("label", None)
+        cfg = spec.run_config(params)
+        if cfg.run_id != m["run_id"]:
+            continue
+        if RunWriter(cfg.results_dir, cfg.run_id, cfg.method.name).previous_status():
+            continue
+        trial_id = m.get("trial_id")
+        stop = m["status"] == "running"  # its last report a round's: a scheduler stopped it
+        say(f"  {stage}: recomputing {cfg.run_id} (trial {trial_id}), whose files were damaged")
+        hooks = RunHooks(
+            stage=stage,
+            evaluate_test=stage == "final",
+            sweep=spec.name,
+            trial_id=trial_id,
+            label=label,
+            force=True,
+            observers=(StopAfter(int(m["round"])),) if stop else (),
+        )
+        run_fl(cfg, backend=trial_backend(spec, cfg, trial_id or stage), hooks=hooks)
+        done += 1
+    return done
 
 
 def _fit(tuner, spec: SweepSpec, stage: str, name: str):

@@ -153,6 +153,10 @@ def _open(spec: StudySpec, resume: bool, say, address: str | None) -> tuple[Stud
             "interrupted study with --results"
         )
     store.check_writable(keep=True)
+    if resume:
+        from .launch import set_aside_damaged
+
+        set_aside_damaged(spec.results_dir, say)
     started = (old or {}).get("started_at") or _now()
     t0 = time.perf_counter() - float((old or {}).get("wall_s") or 0.0)
     store.write_bytes(

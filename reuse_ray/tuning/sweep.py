@@ -25,7 +25,7 @@ from ..errors import UserError
 from ..results import read_table
 from ..results.storage import Storage, dated_folder, display, join, latest_dated
 from . import reeval
-from .launch import Launcher, derive_concurrency
+from .launch import Launcher, derive_concurrency, set_aside_damaged
 from .spaces import load_space
 from .spec import SweepSpec
 from .trials import pareto_front, search_trials, trial_row, trials_file, write_trials
@@ -199,6 +199,8 @@ def _open(spec: SweepSpec, resume, final_only, say, verbose, mlflow) -> tuple[Sw
             "interrupted sweep with --results"
         )
     store.check_writable(keep=True)
+    if resume or final_only:
+        set_aside_damaged(spec.results_dir, say)
     say(
         f"sweep {spec.name}: {spec.search.searcher} over "
         f"{spec.search.space or list(spec.search.grid)} ({spec.search.objective}), "

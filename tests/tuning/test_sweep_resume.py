@@ -268,3 +268,32 @@ def test_ctrl_c_in_a_study_records_it_interrupted(tmp_path):
     assert meta["status"] == "interrupted" and meta["wall_s"] > 0
     runs = read_table(out, "runs")
     assert runs["status"].eq("interrupted").any() and not (out / "report").exists()
+
+
+def test_resume_sets_a_damaged_result_aside_and_recomputes_it(tmp_path, sweep_file, calm):
+    """A finished sweep with a truncated final run file and a truncated trials table:
+    ``--resume`` names both, keeps them aside, and ends with the undisturbed sweep's Parquet."""
+    import shutil
+
+    hit = tmp_path / "hit"
+    shutil.copytree(calm, hit)
+    final = read_table(calm, "runs").query("stage == 'final'").iloc[0]
+    bad = hit / "rounds" / f"method={final['method']}" / f"{final['run_id']}.parquet"
+    trials = next((hit / "trials").rglob("*.parquet"))
+    for f in (bad, trials):
+        f.write_bytes(f.read_bytes()[:100])
+    done = subprocess.run(
+        _cli("sweep", str(sweep_file), "--results", str(hit), "--resume"),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    _stop_ray()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    named = [ln for ln in done.stdout.splitlines() if ln.startswith("damaged result:")]
+    assert len(named) == 2 and any(final["run_id"] in ln for ln in named)
+    assert f"recomputing {final['run_id']}" in done.stdout
+    aside = list((hit / "_damaged").rglob("*.parquet"))
+    assert len(aside) == 5  # the run's four files and the trials table, kept
+    _assert_same_as(calm, hit)
