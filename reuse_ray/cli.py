@@ -132,6 +132,12 @@ def _report(args: argparse.Namespace) -> int:
 
     args.results = [_newest_sweep(loc) for loc in args.results]
     if args.leaderboard:
+        for flag, value in (("--out", args.out), ("--target", args.target)):
+            if value is not None:
+                raise UserError(
+                    f"{flag}: not used with --leaderboard, which prints its table here — "
+                    f"drop {flag}, or drop --leaderboard to write the report"
+                )
         from analysis import load
         from analysis.report import _final_or_all, budget_section, study_header
         from analysis.tables import check_results, leaderboard, markdown
@@ -142,7 +148,11 @@ def _report(args: argparse.Namespace) -> int:
         study = read_metadata(args.results[0])
         final = _final_or_all(res)
         check_results(final, ", ".join(args.results))
-        refs = tuple(r for r in (study or {}).get("compare_to", ()) if r in set(final.runs["arm"]))
+        if args.reference is not None:  # the user's reference arm (checked by leaderboard)
+            refs: tuple[str, ...] = (args.reference,)
+        else:  # a study's own references
+            arms = set(final.runs["arm"])
+            refs = tuple(r for r in (study or {}).get("compare_to", ()) if r in arms)
         if study:
             _print(study_header(study, res))
         _print(markdown(leaderboard(final, args.round, refs), digits=3))

@@ -77,6 +77,10 @@ class DataConfig:
         check_range("synthetic_noise", self.synthetic_noise, 0.0)
         check_range("train_subset", self.train_subset, 0)
         check_range("test_subset", self.test_subset, 0)
+        if self.root:  # an unknown ~user or an impossible length, refused when the file is read
+            from .paths import user_path
+
+            user_path(self.root, "data.root")
 
 
 @dataclass(frozen=True)

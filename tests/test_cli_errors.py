@@ -317,7 +317,64 @@ OWN = [  # more of our own
         "unrecognized arguments: --frobnicate",
     ),
     ("no-command", lambda tmp: [], "the following arguments are required"),
+    # paths and options a command cannot use
+    (
+        "data-root-unknown-user",
+        run_set("data.root=~nosuchuser/data"),
+        "data.root: '~nosuchuser/data' starts with ~nosuchuser, but user 'nosuchuser' has no",
+    ),
+    (
+        "fetch-root-unknown-user",
+        lambda tmp: ["fetch", "mnist", "--root", "~nosuchuser/x"],
+        "fetch --root: '~nosuchuser/x' starts with ~nosuchuser",
+    ),
+    (
+        "results-too-long",
+        lambda tmp: ["run", _file(tmp, "c.yaml", RUN), "--results", "/tmp/" + "a" * 5000],
+        "--results: '/tmp/aaa",
+    ),
+    (
+        "results-dir-too-long",
+        lambda tmp: ["run", _file(tmp, "c.yaml", dict(RUN, results_dir="/tmp/" + "b" * 300))],
+        "results_dir: '/tmp/bbb",
+    ),
+    (
+        "sweep-results-too-long",
+        lambda tmp: ["sweep", _file(tmp, "s.yaml", SWEEP), "--results", "/tmp/" + "a" * 5000],
+        "is too long (5005 characters, a folder name of 5000)",
+    ),
+    (
+        "leaderboard-out",
+        lambda tmp: ["report", str(tmp / "done"), "--leaderboard", "--out", str(tmp / "x")],
+        "--out: not used with --leaderboard",
+    ),
+    (
+        "leaderboard-target",
+        lambda tmp: ["report", str(tmp / "done"), "--leaderboard", "--target", "0.5"],
+        "--target: not used with --leaderboard",
+    ),
+    (
+        "leaderboard-reference",
+        lambda tmp: ["report", str(tmp / "done"), "--leaderboard", "--reference", "nosuch"],
+        "--reference 'nosuch' is not an arm of these results",
+    ),
+    (
+        "budget-below-one-round",
+        sweep_file(_with(SWEEP, "search.client_rounds", 1)),
+        "'search.client_rounds': 1 client-rounds buy less than one round of a trial's 2 clients",
+    ),
+    ("fetch-truncated", lambda tmp: _truncated_mnist(tmp), "truncated or not the original file"),
 ]
+
+
+def _truncated_mnist(tmp: Path) -> list[str]:
+    """A data root whose MNIST test images stop short: ``fetch`` must not call it present."""
+    from conftest import write_mnist_like
+
+    write_mnist_like(tmp / "data", "MNIST")
+    bad = tmp / "data" / "MNIST" / "raw" / "t10k-images-idx3-ubyte"
+    bad.write_bytes(bad.read_bytes()[:-100])
+    return ["fetch", "mnist", "--root", str(tmp / "data")]
 
 
 @pytest.fixture(scope="module")
@@ -453,3 +510,9 @@ def test_an_exception_in_the_users_method_file_is_their_error_with_their_frames(
     assert f'File "{mine}", line 5' in err and f'File "{mine}", line 2' in err
     assert "bug in reuse_ray" not in err and "Traceback" not in err
     assert not any("reuse_ray/" in ln for ln in frames)  # the user's frames only
+
+
+def test_the_leaderboard_takes_its_reference_from_the_command_line(done, capsys):
+    assert main(["report", str(done), "--leaderboard", "--reference", "fedavg"]) == 0
+    out = capsys.readouterr().out
+    assert "Δ test acc vs fedavg" in out

@@ -37,18 +37,19 @@ def fetch(name: str, root: str | None, image_size: int = 28) -> Path:
     holds them; a dataset already on this machine (the data root, or for Fashion-MNIST Debian's
     ``dataset-fashion-mnist``) is only located."""
     if name in ("digits", "synthetic"):
-        return default_root(root)  # embedded or generated: nothing to download
+        return default_root(root, "fetch --root")  # embedded or generated: nothing to download
     if name not in FETCHABLE:
         raise UserError(f"fetch: unknown dataset {name!r} — allowed: {', '.join(FETCHABLE)}")
     if name == "pathmnist" and image_size not in MEDMNIST_SIZES:
         raise UserError(
             f"fetch --image-size: {image_size} — allowed: " + ", ".join(map(str, MEDMNIST_SIZES))
         )
-    r = default_root(root)
+    r = default_root(root, "fetch --root")
     if name in idx.IDX_DATASETS:
         spec = idx.IDX_DATASETS[name]
         found = idx.locate(spec, r)
-        if found is not None:  # already here (the data root, or a system package's copy)
+        if found is not None:  # already here (the data root, or a system package's copy),
+            idx.verify(spec, found)  # and whole: read as a run will read it
             return found
     _check_folder(r)
     try:

@@ -205,6 +205,13 @@ def _decode(spec: IdxDataset, img_path: Path, lab_path: Path) -> tuple[np.ndarra
     return np.ascontiguousarray(x[:, None, :, :]), y.astype(np.int64)
 
 
+def verify(spec: IdxDataset, folder: Path) -> dict[str, int]:
+    """Read both splits in ``folder`` the way a run will (magic numbers, dimensions, lengths,
+    images and labels paired, labels in range); :class:`IdxFormatError` names a bad file.
+    Returns the number of images per split."""
+    return {split: len(read_split(spec, folder, split)[1]) for split in ("train", "test")}
+
+
 def where_to_get(spec: IdxDataset, root: Path) -> str:
     """What a user without internet can do to make ``spec``'s files visible."""
     files = ", ".join(b + ".gz" for b in spec.file_names("train") + spec.file_names("test"))

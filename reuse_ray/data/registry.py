@@ -90,13 +90,16 @@ class FederatedData:
         return self._load_test()
 
 
-def default_root(root: str | None) -> Path:
-    """Data root: the config field, else $REUSE_RAY_DATA, else ~/.cache/reuse_ray/data."""
+def default_root(root: str | None, field: str = "data.root") -> Path:
+    """Data root: the config field (``field`` names it in errors), else $REUSE_RAY_DATA, else
+    ~/.cache/reuse_ray/data."""
+    from ..paths import user_path
+
     if root:
-        return Path(root).expanduser()
+        return user_path(root, field)
     env = os.environ.get("REUSE_RAY_DATA")
     if env:
-        return Path(env).expanduser()
+        return user_path(env, "$REUSE_RAY_DATA")
     return Path.home() / ".cache" / "reuse_ray" / "data"
 
 

@@ -29,6 +29,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ..errors import UserError
+from ..paths import user_path
 
 # the write errors that are the filesystem's state, not a bug: full, over quota, read-only,
 # file too large
@@ -63,8 +64,8 @@ def default_root() -> str:
     """The results root: ``$REUSE_RAY_RESULTS``, else ``~/reuse_ray_results``."""
     env = os.environ.get(ROOT_ENV, "").strip()
     if env:
-        return env if is_uri(env) else str(Path(env).expanduser().absolute())
-    return str(Path(DEFAULT_ROOT).expanduser())
+        return env if is_uri(env) else str(user_path(env, f"${ROOT_ENV}").absolute())
+    return str(user_path(DEFAULT_ROOT, "the default results root"))
 
 
 def anchored(location: str | Path | None) -> tuple[str, bool]:
@@ -73,7 +74,7 @@ def anchored(location: str | Path | None) -> tuple[str, bool]:
     loc = str(location or "")
     if is_uri(loc):
         return loc, False
-    p = Path(loc).expanduser()
+    p = user_path(loc, "results_dir")
     if p.is_absolute():
         return str(p), False
     return join(default_root(), loc) if loc else default_root(), True
@@ -81,7 +82,7 @@ def anchored(location: str | Path | None) -> tuple[str, bool]:
 
 def from_command_line(location: str) -> str:
     """A ``--results`` value: a URI as given, a path made absolute against the shell's cwd."""
-    return location if is_uri(location) else str(Path(location).expanduser().absolute())
+    return location if is_uri(location) else str(user_path(location, "--results").absolute())
 
 
 def display(location: str | Path) -> str:
@@ -110,7 +111,8 @@ class Storage:
                     "file://, s3://, gs:// or hdfs:// URI"
                 ) from None
             return cls(fs, root.rstrip("/") or root, loc)
-        return cls(pafs.LocalFileSystem(), str(Path(loc).expanduser().absolute()), loc)
+        root = str(user_path(loc, "results location").absolute())
+        return cls(pafs.LocalFileSystem(), root, loc)
 
     @property
     def renames(self) -> bool:

@@ -39,10 +39,19 @@ def trial_label(stage: str, trial) -> str:
 class ConsoleReporter(Callback):
     """Trial start/end lines and a progress line, through ``say``."""
 
-    def __init__(self, say: Callable[[str], None], stage: str, total: int | str):
+    stopper = "the scheduler"  # who stops trials early (a reporter pickled before it: this)
+
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        stage: str,
+        total: int | str,
+        stopper: str = "the scheduler",
+    ):
         """``total``: the stage's trials, or a text such as "at most 384" where a budget
-        decides how many run."""
-        self.say, self.stage, self.total = say, stage, total
+        decides how many run; ``stopper``: what stops a trial early, as the console names it
+        ("the scheduler", "the client-round budget")."""
+        self.say, self.stage, self.total, self.stopper = say, stage, total, stopper
         self.done = 0
         self.best: tuple[float, str] | None = None
 
@@ -80,7 +89,7 @@ class ConsoleReporter(Callback):
             self._end(trial, "error")
             self.say(f"    {r.get('error')}")
         elif r.get("status") == "running":
-            self._end(trial, f"stopped by the scheduler after round {r.get('round')}")
+            self._end(trial, f"stopped by {self.stopper} after round {r.get('round')}")
         else:
             self._end(trial, "done")
 

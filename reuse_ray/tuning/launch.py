@@ -122,7 +122,10 @@ def launch(
                 verbose=min(verbose, 3),
                 # a trial whose process or node died continues from its last checkpoint
                 failure_config=tune.FailureConfig(max_failures=int(spec.trial.max_failures)),
-                callbacks=[ConsoleReporter(say, stage, total or num_samples), InterruptWatch(name)],
+                callbacks=[
+                    ConsoleReporter(say, stage, total or num_samples, _stopper(scheduler, stop)),
+                    InterruptWatch(name),
+                ],
                 checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
                 stop=stop,
             ),
@@ -191,6 +194,13 @@ def recompute_missing(spec: SweepSpec, stage: str, results, say) -> int:
         run_fl(cfg, backend=trial_backend(spec, cfg, trial_id or stage), hooks=hooks)
         done += 1
     return done
+
+
+def _stopper(scheduler: Any, stop: Any) -> str:
+    """What stops a stage's trials early, as the console names it."""
+    if scheduler is not None and stop is not None:
+        return "the scheduler or the client-round budget"
+    return "the client-round budget" if stop is not None else "the scheduler"
 
 
 def _fit(tuner, spec: SweepSpec, stage: str, name: str):

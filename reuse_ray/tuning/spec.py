@@ -257,6 +257,7 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     _positive("search.client_rounds", search.client_rounds, integer=True, zero=True)
     if search.client_rounds and search.searcher == "none":
         raise ConfigError("search.client_rounds", "searcher none runs no search to budget")
+    check_budget("search.client_rounds", search.client_rounds, _validate(_deep_copy(base)))
     if search.space:
         from .spaces import load_space
 
@@ -346,6 +347,18 @@ def _compare_entry(j: int, entry: dict[str, Any], seeds) -> dict[str, Any]:
         only = [int(v) for v in only]
     fields = {k: v for k, v in entry.items() if k not in ("label", "seeds")}
     return dict(fields, label=label, **({"seeds": only} if only is not None else {}))
+
+
+def check_budget(field: str, client_rounds: int, cfg: RunConfig) -> None:
+    """A client-round budget buys at least one round of the search's clients (or is 0: none);
+    a smaller one would end every trial before its first report."""
+    per = cfg.fl.clients_per_round
+    if 0 < client_rounds < per:
+        raise ConfigError(
+            field,
+            f"{client_rounds} client-rounds buy less than one round of a trial's "
+            f"{per} clients (fl.clients_per_round); allowed: 0 (no budget) or at least {per}",
+        )
 
 
 def _check_reeval(search: SearchSpec) -> SearchSpec:

@@ -28,6 +28,7 @@ from .spec import (
     _seed,
     _take,
     _validate,
+    check_budget,
     parse_trial,
 )
 
@@ -179,6 +180,9 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
     else:
         _positive("budget.client_rounds", client_rounds, integer=True, zero=True)
         budgets = {str(w): int(client_rounds) for w in workloads}
+    for w, v in budgets.items():
+        named = "budget.client_rounds" + (f".{w}" if isinstance(client_rounds, dict) else "")
+        check_budget(named, v, _validate(_deep_copy(workloads[w])))
     sampler_seed = budget.get("seed", 0)
     _seed("budget.seed", sampler_seed)
     shared_raw = raw.get("shared") or {"train.lr": [0.01, 0.2, "log"]}
