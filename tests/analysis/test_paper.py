@@ -134,3 +134,35 @@ def test_the_notebook_runs_over_a_protocols_results(protocol, monkeypatch):
     text = "\n".join(str(o.get("data", {}).get("text/plain", o.get("text", ""))) for o in outputs)
     assert "DG-FedReuse, reuse only (r = 1)" in text and "8 finished runs" in text
     assert any("image/png" in o.get("data", {}) for o in outputs)
+
+
+def test_resumed_runs_are_named_from_their_attempts_or_inferred_from_their_clocks(protocol):
+    """A runs row that records ``attempts`` says so; one written before that column existed is
+    inferred resumed when its rounds' own times exceed its ``wall_s``."""
+    from analysis.paper import attempts_table, run_attempts
+
+    res = load(protocol)
+    assert run_attempts(res)["attempts"].eq(1).all()  # every run recorded, none resumed
+    runs = res.runs.copy()
+    first, second = runs.index[:2]
+    runs.loc[first, "attempts"] = 3
+    runs.loc[second, "attempts"] = None  # an older row: only its clocks tell
+    spent = res.rounds.groupby("run_id")["round_wall_s"].sum()[runs.loc[second, "run_id"]]
+    runs.loc[second, "wall_s"] = spent / 2
+    got = run_attempts(Results(runs, res.rounds, res.client_events, res.trials))
+    got = got.set_index("run_id")
+    assert got.loc[runs.loc[first, "run_id"], "attempts"] == 3
+    assert not got.loc[runs.loc[first, "run_id"], "inferred"]
+    assert got.loc[runs.loc[second, "run_id"], "attempts"] == 2
+    assert got.loc[runs.loc[second, "run_id"], "inferred"]
+    table = attempts_table(Results(runs, res.rounds, res.client_events, res.trials))
+    assert len(table) == 2 and table["attempts"].str.startswith("≥ 2").sum() == 1
+
+
+def test_the_readme_names_the_shipped_paper_rows_resumed_runs():
+    from analysis.paper import attempts_table, markdown
+
+    res = load(ROOT / "results" / "paper_fashionmnist")
+    table = markdown(attempts_table(res))
+    assert "FedProx + Top-K, seed 303" in table and "gate off, seed 101" in table
+    assert table in (ROOT / "README.md").read_text()
