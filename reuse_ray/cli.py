@@ -193,7 +193,12 @@ def cmd_fetch(args: argparse.Namespace) -> int:
         )
         _print(f"{args.dataset} is {what}: there is nothing to fetch")
         return 0
-    root = fetch(args.dataset, args.root, args.image_size)
+    if args.image_size is not None and args.dataset != "pathmnist":
+        raise UserError(
+            f"fetch --image-size: only PathMNIST comes in several sizes; {args.dataset} has "
+            "one — drop --image-size"
+        )
+    root = fetch(args.dataset, args.root, args.image_size or 28)
     _print(f"{args.dataset} is in {root}")
     return 0
 
@@ -301,8 +306,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     f.add_argument("dataset")
     f.add_argument("--root", default=None)
-    f.add_argument("--image-size", type=int, default=28)
+    f.add_argument("--image-size", type=int, default=None, help="PathMNIST only: 28, 64, 128, 224")
     f.set_defaults(func=cmd_fetch)
+    for parser in (r, sw, rp, f):  # --debug after the subcommand too (reuse-ray run … --debug)
+        parser.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
     return p
 
 

@@ -364,6 +364,11 @@ OWN = [  # more of our own
         "'search.client_rounds': 1 client-rounds buy less than one round of a trial's 2 clients",
     ),
     ("fetch-truncated", lambda tmp: _truncated_mnist(tmp), "truncated or not the original file"),
+    (
+        "fetch-size-mnist",
+        lambda tmp: ["fetch", "mnist", "--image-size", "64"],
+        "fetch --image-size: only PathMNIST comes in several sizes",
+    ),
 ]
 
 
@@ -415,6 +420,9 @@ def test_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
     assert main(["--debug", *argv]) == 2
     err = capsys.readouterr().err
     assert "Traceback" in err and err.strip().splitlines()[-1].startswith("reuse-ray: ")
+    assert main([*argv, "--debug"]) == 2  # after the subcommand too
+    assert "Traceback" in capsys.readouterr().err
+    assert main(argv) == 2 and "Traceback" not in capsys.readouterr().err
     monkeypatch.setenv("REUSE_RAY_DEBUG", "1")
     assert main(argv) == 2 and "Traceback" in capsys.readouterr().err
 
