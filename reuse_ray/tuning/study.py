@@ -71,6 +71,7 @@ def _metadata(spec: StudySpec, started: str, wall: float | None, status: str) ->
             "reeval_seeds": list(spec.search.reeval_seeds),
         },
         "objectives": list(spec.objectives),
+        "uplink_levels": list(spec.uplink_levels),
         "retention": spec.retention,
         "retention_reference": spec.retention_reference,
         "final_seeds": list(spec.final_seeds),
@@ -109,18 +110,27 @@ def run_study(
     from .sweep import report_at_end
 
     spec, started, t0 = _open(spec, resume, say, address)
-    final_runs, gaps = [], {}
+    final_runs, gaps, choices = [], {}, {}
+    store = Storage.of(spec.results_dir)
+
+    def chose(w: str, record: dict) -> None:
+        """A workload's choices, in study.json as soon as they are made (before its final
+        stage): the report of a study still computing knows which label is which level."""
+        choices[w] = record
+        meta = dict(_metadata(spec, started, None, "running"), choices=choices)
+        store.write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
+
     try:
         for w in spec.workloads:
-            finals_w, gaps[w] = _workload(spec, w, resume, say, verbose, mlflow)
+            finals_w, gaps[w] = _workload(spec, w, resume, say, verbose, mlflow, chose)
             final_runs.append(finals_w)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the study is recorded as interrupted
-        meta = _metadata(spec, started, None, "interrupted")
+        meta = dict(_metadata(spec, started, None, "interrupted"), choices=choices)
         meta["wall_s"] = time.perf_counter() - t0  # what --resume's wall clock goes on from
         Storage.of(spec.results_dir).write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
         raise
     wall = time.perf_counter() - t0
-    meta = dict(_metadata(spec, started, wall, "finished"), selection_gaps=gaps)
+    meta = dict(_metadata(spec, started, wall, "finished"), selection_gaps=gaps, choices=choices)
     Storage.of(spec.results_dir).write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
     say(f"study {spec.name} finished in {wall / 60:.1f} min; Parquet: {display(spec.results_dir)}")
     report_at_end(spec.results_dir, say)
@@ -174,7 +184,7 @@ def _open(spec: StudySpec, resume: bool, say, address: str | None) -> tuple[Stud
 
 
 def _workload(
-    spec: StudySpec, w: str, resume: bool, say, verbose: int, mlflow: str | None
+    spec: StudySpec, w: str, resume: bool, say, verbose: int, mlflow: str | None, chose=None
 ) -> tuple[pd.DataFrame, dict]:
     """One workload: every arm's search, its selection (after robust re-evaluation, if asked),
     then the final stage; returns its final runs and the selection gaps per arm."""
@@ -206,11 +216,16 @@ def _workload(
         trials = study_select.reeval(spec, sweep, trials, _trials, run)
     trials = study_select.selection_values(trials, spec)
     chosen = study_select.select(trials, spec)
+    levels, unable, limits = study_select.select_levels(trials, spec, chosen)
+    for arm, got in levels.items():
+        chosen.setdefault(arm, {}).update(got)
     trials = study_select.mark(trials, chosen)
     write_trials(spec.results_dir, sweep.name, trials.drop(columns=["trial_index"]))
+    if chose is not None:
+        chose(w, choices_record(spec, chosen, unable, limits))
     for line in study_select.budget_lines(trials, spec, budget):
         say(f"[{w}] {line}")
-    for line in _chosen_lines(spec, chosen):
+    for line in _chosen_lines(spec, chosen, unable, limits):
         say(f"[{w}] {line}")
     finals = final_points(spec, chosen)
     say(f"[{w}] final: {len(finals)} runs on fresh seeds, test split read once")
@@ -231,34 +246,77 @@ def _workload(
     return finals_w, gaps
 
 
-def _chosen_lines(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> list[str]:
-    """Per arm, what each objective selected (or that no trial finished)."""
+def _chosen_lines(
+    spec: StudySpec,
+    chosen: dict[str, dict[str, Any]],
+    unable: dict[str, list[str]] | None = None,
+    limits: dict[str, float] | None = None,
+) -> list[str]:
+    """Per arm, what each objective (and uplink level) selected, the levels it cannot reach,
+    or that no trial finished."""
     lines = []
     for arm in (a.name for a in spec.arms):
         got = chosen.get(arm, {})
-        text = "; ".join(
+        parts = [
             f"{o}: val_acc={r['val_acc']:.4f} saving={100 * (r['cum_saving_restricted'] or 0):.2f}%"
             for o, r in got.items()
-        )
-        lines.append(f"{arm}: {text or 'no trial finished'}")
+        ]
+        parts += [
+            f"{lv}: unable (no finished configuration within {(limits or {})[lv] / 1e6:.1f} MB)"
+            for lv in (unable or {}).get(arm, [])
+        ]
+        lines.append(f"{arm}: {'; '.join(parts) or 'no trial finished'}")
     return lines
 
 
+def final_labels(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> dict[tuple, str]:
+    """(arm, objective) -> the label its configuration's final runs carry: the arm for
+    ``val_acc``, ``ARM@OBJECTIVE`` otherwise (``ARM@up10`` for an uplink level); a
+    configuration chosen by several objectives runs once, under the first one's label."""
+    out = {}
+    for arm in (a.name for a in spec.arms):
+        first: dict[str, str] = {}
+        for objective, row in chosen.get(arm, {}).items():
+            label = arm if objective == "val_acc" else f"{arm}@{objective}"
+            out[(arm, objective)] = first.setdefault(row["params_json"], label)
+    return out
+
+
 def final_points(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The final stage's runs: each arm's selected configuration on every final seed, labelled
-    by the arm (``ARM@OBJECTIVE`` for a second objective's choice); a configuration chosen by
-    two objectives runs once, under the first objective's label."""
-    finals = []
+    """The final stage's runs: each arm's selected configurations on every final seed, under
+    the labels of :func:`final_labels` (each configuration once)."""
+    finals, labels = [], final_labels(spec, chosen)
     for arm in (a.name for a in spec.arms):
         seen: set[str] = set()
         for objective, row in chosen.get(arm, {}).items():
             if row["params_json"] in seen:
                 continue
             seen.add(row["params_json"])
-            label = arm if objective == "val_acc" else f"{arm}@{objective}"
             params = json.loads(row["params_json"])
+            label = labels[(arm, objective)]
             finals += [dict(params, seed=s, label=label) for s in spec.final_seeds]
     return finals
+
+
+def choices_record(spec: StudySpec, chosen, unable, limits) -> dict[str, Any]:
+    """What study.json keeps of a workload's selection: per arm and objective the chosen
+    configuration, its search values and its final runs' label; the levels an arm cannot
+    reach; each level's uplink limit in bytes."""
+    labels = final_labels(spec, chosen)
+    arms = {
+        arm: {
+            o: {
+                "label": labels[(arm, o)],
+                "params": json.loads(r["params_json"]),
+                "trial_id": r["trial_id"],
+                "search_val_acc": _num(r["val_acc"]),
+                "search_cum_up_restricted": _num(r["cum_up_restricted"]),
+            }
+            for o, r in got.items()
+        }
+        for arm, got in chosen.items()
+    }
+    return {"arms": arms, "unable": unable, "level_bytes": limits}
 
 
 def _trials(
@@ -324,7 +382,9 @@ def _search_args(spec: StudySpec, sweep: SweepSpec, points: list, per_round: int
         "param_space": {},
         "search_alg": ArmPoints(points, s.client_rounds, per_round),
         "num_samples": len(points),
-        "scheduler": None if s.scheduler == "none" else PerArm(make),
+        "scheduler": None
+        if s.scheduler == "none"
+        else PerArm(make, spec.uplink_levels, route_at=s.grace_period),
         "stop": ClientRoundBudget(s.client_rounds, per_round, per_label=True)
         if s.client_rounds
         else None,

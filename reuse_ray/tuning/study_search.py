@@ -66,37 +66,72 @@ class ArmPoints(Searcher):
             self.__dict__.update(pickle.load(f))  # noqa: S301 - the user's own Tune state
 
 
+def uplink_bin(levels: tuple[float, ...], result: dict[str, Any]) -> str:
+    """The uplink level a trial's result falls in so far: the smallest level at least its
+    cumulative restricted uplink as a fraction of the dense reference (1 − saving), or
+    ``above`` (the study's level names: ``up10`` …)."""
+    from .study_spec import level_name
+
+    fraction = 1.0 - float(result.get("cum_saving_restricted") or 0.0)
+    return next((level_name(v) for v in levels if fraction <= v + 1e-12), "above")
+
+
 class PerArm(FIFOScheduler):
     """One trial scheduler per arm, made by ``make()`` when the arm's first trial arrives;
-    every event goes to the scheduler of the trial's arm."""
+    every event goes to the scheduler of the trial's arm.
 
-    def __init__(self, make):
+    With uplink ``levels`` (a study's ``uplink_levels``), one scheduler per arm and level: a
+    trial joins the scheduler of the level its uplink has measured so far when it reaches the
+    first rung (``route_at``, in its time attribute, before which no scheduler judges it), so a
+    compressed configuration is judged against others of its level, not stopped because a
+    denser one of its arm is more accurate: every level an arm can reach keeps candidates."""
+
+    def __init__(self, make, levels: tuple[float, ...] = (), route_at: int = 0):
         super().__init__()
         self.make, self.arms = make, {}
+        self.levels, self.route_at = tuple(levels), int(route_at)
+        self.routed: dict[str, str] = {}  # trial id -> its scheduler's key (levels only)
 
-    def _of(self, trial) -> TrialScheduler:
-        arm = _label(trial.config)
-        if arm not in self.arms:
-            self.arms[arm] = self.make()
-        return self.arms[arm]
+    def _get(self, key: str) -> TrialScheduler:
+        if key not in self.arms:
+            self.arms[key] = self.make()
+        return self.arms[key]
+
+    def _of(self, trial) -> TrialScheduler | None:
+        if not self.levels:
+            return self._get(_label(trial.config))
+        key = self.routed.get(trial.trial_id)
+        return None if key is None else self._get(key)
 
     def set_search_properties(self, metric, mode, **spec) -> bool:
         return True  # every arm's scheduler names its metric and mode itself
 
     def on_trial_add(self, tune_controller, trial) -> None:
-        self._of(trial).on_trial_add(tune_controller, trial)
+        if not self.levels:  # with levels: added to its level's scheduler at its first rung
+            self._of(trial).on_trial_add(tune_controller, trial)
 
     def on_trial_error(self, tune_controller, trial) -> None:
-        self._of(trial).on_trial_error(tune_controller, trial)
+        if (s := self._of(trial)) is not None:
+            s.on_trial_error(tune_controller, trial)
 
     def on_trial_result(self, tune_controller, trial, result) -> str:
-        return self._of(trial).on_trial_result(tune_controller, trial, result)
+        s = self._of(trial)
+        if s is None:
+            if (result.get("val_round") or 0) < self.route_at:
+                return TrialScheduler.CONTINUE
+            key = f"{_label(trial.config)}|{uplink_bin(self.levels, result)}"
+            self.routed[trial.trial_id] = key
+            s = self._get(key)
+            s.on_trial_add(tune_controller, trial)
+        return s.on_trial_result(tune_controller, trial, result)
 
     def on_trial_complete(self, tune_controller, trial, result) -> None:
-        self._of(trial).on_trial_complete(tune_controller, trial, result)
+        if (s := self._of(trial)) is not None:
+            s.on_trial_complete(tune_controller, trial, result)
 
     def on_trial_remove(self, tune_controller, trial) -> None:
-        self._of(trial).on_trial_remove(tune_controller, trial)
+        if (s := self._of(trial)) is not None:
+            s.on_trial_remove(tune_controller, trial)
 
     def choose_trial_to_run(self, tune_controller):
         for s in self.arms.values():

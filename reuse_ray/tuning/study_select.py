@@ -48,6 +48,44 @@ def select(trials: pd.DataFrame, spec: StudySpec) -> dict[str, dict[str, Any]]:
     return out
 
 
+def select_levels(
+    trials: pd.DataFrame, spec: StudySpec, chosen: dict[str, dict[str, Any]]
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]], dict[str, float]]:
+    """Selection at matched uplink (``uplink_levels``): per arm and level, the finished search
+    configuration with the best validation accuracy (search seed; earliest drawn on a tie)
+    among those whose cumulative restricted uplink at the final round stayed within the level
+    — a fraction of the reference arm's tuned configuration's (``chosen``'s ``val_acc`` row).
+    Returns (arm -> {level name: trials row}, arm -> [levels it cannot reach], level name ->
+    bytes); no level is judged where the reference arm has no finished configuration."""
+    if not spec.uplink_levels:
+        return {}, {}, {}
+    ref = chosen.get(spec.retention_reference, {}).get("val_acc")
+    if ref is None or pd.isna(ref["cum_up_restricted"]):
+        return {}, {}, {}
+    ok = trials[
+        trials["stage"].eq("search")
+        & trials["status"].eq("finished")
+        & trials["val_acc"].notna()
+        & trials["cum_up_restricted"].notna()
+    ]
+    limits = {
+        spec.level_name(level): level * float(ref["cum_up_restricted"])
+        for level in spec.uplink_levels
+    }
+    picked: dict[str, dict[str, Any]] = {}
+    unable: dict[str, list[str]] = {}
+    for arm in (a.name for a in spec.arms):
+        g = ok[ok["arm"] == arm]
+        for name, limit in limits.items():
+            within = g[g["cum_up_restricted"] <= limit]
+            if len(within):
+                best = within.sort_values(["val_acc", "trial_index"], ascending=[False, True])
+                picked.setdefault(arm, {})[name] = best.iloc[0]
+            else:
+                unable.setdefault(arm, []).append(name)
+    return picked, unable, limits
+
+
 def candidates(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
     """Per arm, the search rows robust selection re-evaluates: the best ``reeval_top`` by
     validation accuracy, and the best ``reeval_top`` by the retention rule on the search seed
@@ -188,4 +226,12 @@ def mark(trials: pd.DataFrame, chosen: dict[str, dict[str, Any]]) -> pd.DataFram
     return trials.drop(columns=["sel_val", "sel_saving"])
 
 
-__all__ = ["budget_lines", "mark", "reeval", "select", "selection_gaps", "selection_values"]
+__all__ = [
+    "budget_lines",
+    "mark",
+    "reeval",
+    "select",
+    "select_levels",
+    "selection_gaps",
+    "selection_values",
+]

@@ -43,6 +43,7 @@ TOP = (
     "shared",
     "topk_range",
     "objectives",
+    "uplink_levels",
     "retention",
     "retention_reference",
     "final",
@@ -89,6 +90,14 @@ class StudySpec:
     # block: scheduler, grace_period, reduction_factor, reeval_top, reeval_seeds (a sweep's)
     search: SearchSpec = SearchSpec(searcher="random")
     client_rounds: dict[str, int] = dataclasses.field(default_factory=dict)  # 0: no budget
+    # selection at matched uplink: fractions of the reference arm's cumulative restricted uplink
+    # at the final round; per arm and level, the best validation accuracy within it
+    uplink_levels: tuple[float, ...] = ()
+
+    def level_name(self, level: float) -> str:
+        """A level's objective name (``up10`` for 10 %): its final runs' label is
+        ``ARM@up10``."""
+        return level_name(level)
 
     def sweep_spec(self, workload: str) -> SweepSpec:
         """The sweep machinery's view of one workload: its base and this study's trials."""
@@ -106,6 +115,26 @@ class StudySpec:
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
+
+
+def level_name(level: float) -> str:
+    pct = 100 * level
+    return f"up{pct:g}" if pct != int(pct) else f"up{int(pct)}"
+
+
+def _levels(value: Any) -> tuple[float, ...]:
+    """``uplink_levels``: increasing fractions in (0, 1)."""
+    value = value or []
+    ok = isinstance(value, list | tuple) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 1 for v in value
+    )
+    if not ok or list(value) != sorted(set(value)):
+        raise ConfigError(
+            "uplink_levels",
+            f"{value!r}; allowed: increasing fractions in (0, 1) of the reference arm's "
+            "cumulative restricted uplink, e.g. [0.1, 0.25, 0.5]",
+        )
+    return tuple(float(v) for v in value)
 
 
 def is_study(raw: dict[str, Any]) -> bool:
@@ -255,6 +284,7 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
         dated=relative,
         search=search,
         client_rounds=budgets,
+        uplink_levels=_levels(raw.get("uplink_levels")),
     )
     for a in spec.arms:  # every arm's first point must be a valid run on every workload
         point = arm_points(spec, a, count=1)[0]

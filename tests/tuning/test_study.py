@@ -374,3 +374,84 @@ def test_robust_selection_chooses_by_the_mean_and_a_failed_rerun_counts_as_the_p
     assert got["fedavg"]["val_acc"]["selection_mean"] == pytest.approx((0.88 + 0.87) / 2)
     assert got["laq"]["val_acc"]["params_json"] == '{"b": 2}'  # (0.80 − 3) / 2 loses
     assert values.loc[2, "selection_mean"] != values.loc[2, "selection_mean"]  # NaN: no rerun
+
+
+def test_selection_at_matched_uplink_picks_the_best_within_each_level_and_marks_the_rest():
+    """Levels are fractions of the reference arm's tuned configuration's uplink (1,000 bytes
+    here): per arm and level the most accurate finished configuration within it; a level no
+    finished configuration stays within is marked unable, never filled from above."""
+    from reuse_ray.tuning.study import choices_record, final_labels, final_points
+    from reuse_ray.tuning.study_select import select_levels
+
+    spec = dataclasses.replace(_one_seed(parse_study(_raw())), uplink_levels=(0.1, 0.25, 0.5))
+    rows = [  # arm, status, val_acc, saving, params, uplink bytes
+        ("fedavg", "finished", 0.90, 0.0, '{"a": 1}', 1000),
+        ("fedavg", "finished", 0.85, 0.0, '{"a": 2}', 1000),
+        ("topk_fedavg", "finished", 0.89, 0.6, '{"r": 1}', 400),  # the most accurate: 50 %
+        ("topk_fedavg", "finished", 0.86, 0.7, '{"r": 2}', 250),  # exactly 25 %: inside
+        ("topk_fedavg", "finished", 0.84, 0.8, '{"r": 3}', 200),
+        ("topk_fedavg", "finished", 0.88, 0.9, '{"r": 4}', 60),  # the best of 10 % and 25 %
+        ("topk_fedavg", "stopped", 0.95, 0.95, '{"r": 5}', 20),  # stopped early: no candidate
+        ("fed_ef", "finished", 0.80, 0.55, '{"e": 1}', 450),
+        ("fed_ef", "finished", 0.82, 0.52, '{"e": 2}', 480),
+        ("fed_ef", "diverged", None, 0.95, '{"e": 3}', 50),
+    ]
+    trials = _trials([r[:5] for r in rows])
+    trials["cum_up_restricted"] = [r[5] for r in rows]
+    trials["trial_id"] = [f"t{k}" for k in range(len(rows))]
+    chosen = select(selection_values(trials, spec), spec)
+    levels, unable, limits = select_levels(trials, spec, chosen)
+    assert limits == {"up10": 100.0, "up25": 250.0, "up50": 500.0}
+    pick = {arm: {lv: r["params_json"] for lv, r in got.items()} for arm, got in levels.items()}
+    assert pick["topk_fedavg"] == {"up10": '{"r": 4}', "up25": '{"r": 4}', "up50": '{"r": 1}'}
+    assert pick["fed_ef"] == {"up50": '{"e": 2}'}
+    assert unable["fed_ef"] == ["up10", "up25"]
+    assert unable["fedavg"] == ["up10", "up25", "up50"] and "fedavg" not in levels
+    assert unable["laq"] == ["up10", "up25", "up50"]  # no finished configuration at all
+    for arm, got in levels.items():
+        chosen.setdefault(arm, {}).update(got)
+    labels = final_labels(spec, chosen)
+    # one configuration chosen for every level of its arm runs once, under its first label
+    assert labels[("topk_fedavg", "val_acc")] == "topk_fedavg"
+    assert labels[("topk_fedavg", "up10")] == "topk_fedavg@up10"
+    assert labels[("topk_fedavg", "up25")] == "topk_fedavg@up10"
+    assert labels[("topk_fedavg", "up50")] == "topk_fedavg"
+    assert labels[("fed_ef", "up50")] == "fed_ef"  # its most accurate is also within 50 %
+    finals = final_points(spec, chosen)
+    per_label = {}
+    for p in finals:
+        per_label.setdefault(p["label"], set()).add(p["seed"])
+    assert set(per_label) == {"fedavg", "topk_fedavg", "topk_fedavg@up10", "fed_ef"}
+    assert all(seeds == set(spec.final_seeds) for seeds in per_label.values())
+    record = choices_record(spec, chosen, unable, limits)
+    assert record["arms"]["topk_fedavg"]["up25"]["label"] == "topk_fedavg@up10"
+    assert record["unable"]["fed_ef"] == ["up10", "up25"]
+    json.dumps(record)  # it goes to study.json
+
+
+def test_with_uplink_levels_each_level_of_an_arm_has_its_own_asha():
+    """A compressed configuration is judged against its own level at the first rung: the
+    dense one's accuracy does not stop it."""
+    from ray.tune.schedulers import TrialScheduler
+
+    from reuse_ray.tuning.study_search import MakeScheduler, PerArm
+
+    make = MakeScheduler("asha", max_t=6, grace_period=2, reduction_factor=2)
+    plain, levels = PerArm(make), PerArm(make, (0.1, 0.5), route_at=2)
+    trials = [_Trial("d1", "arm"), _Trial("d2", "arm"), _Trial("c1", "arm")]
+    results = [(0.9, 0.0), (0.8, 0.0), (0.5, 0.93)]  # (objective, saving): c1 uses 7 %
+    for s in (plain, levels):
+        for t in trials:
+            s.on_trial_add(None, t)
+    got = {}
+    for s, name in ((plain, "plain"), (levels, "levels")):
+        for t, (acc, saving) in zip(trials, results, strict=True):
+            early = {"val_round": 1, "objective": acc, "round": 1, "cum_saving_restricted": saving}
+            got[name, t.trial_id, 1] = s.on_trial_result(None, t, early)
+            rung = dict(early, val_round=2, round=2)
+            got[name, t.trial_id, 2] = s.on_trial_result(None, t, rung)
+    assert got["plain", "c1", 2] == TrialScheduler.STOP  # below its arm's rung
+    assert got["levels", "c1", 1] == TrialScheduler.CONTINUE  # not judged before the rung
+    assert got["levels", "c1", 2] == TrialScheduler.CONTINUE  # the only one of its level
+    assert got["levels", "d2", 2] == TrialScheduler.STOP  # judged against d1
+    assert levels.routed == {"d1": "arm|above", "d2": "arm|above", "c1": "arm|up10"}
