@@ -72,6 +72,7 @@ def _metadata(spec: StudySpec, started: str, wall: float | None, status: str) ->
         },
         "objectives": list(spec.objectives),
         "uplink_levels": list(spec.uplink_levels),
+        "target_of_reference": spec.target_of_reference,
         "retention": spec.retention,
         "retention_reference": spec.retention_reference,
         "final_seeds": list(spec.final_seeds),

@@ -44,6 +44,7 @@ TOP = (
     "topk_range",
     "objectives",
     "uplink_levels",
+    "target_of_reference",
     "retention",
     "retention_reference",
     "final",
@@ -93,6 +94,9 @@ class StudySpec:
     # selection at matched uplink: fractions of the reference arm's cumulative restricted uplink
     # at the final round; per arm and level, the best validation accuracy within it
     uplink_levels: tuple[float, ...] = ()
+    # bytes to a validation target fixed before any test read: this fraction of the reference
+    # arm's mean final-stage validation accuracy (0: the absolute ``targets`` only)
+    target_of_reference: float = 0.0
 
     def level_name(self, level: float) -> str:
         """A level's objective name (``up10`` for 10 %): its final runs' label is
@@ -135,6 +139,12 @@ def _levels(value: Any) -> tuple[float, ...]:
             "cumulative restricted uplink, e.g. [0.1, 0.25, 0.5]",
         )
     return tuple(float(v) for v in value)
+
+
+def _fraction(path: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ConfigError(path, f"{value!r}; allowed: a number in [0, 1] (0: none)")
+    return float(value)
 
 
 def is_study(raw: dict[str, Any]) -> bool:
@@ -285,6 +295,7 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
         search=search,
         client_rounds=budgets,
         uplink_levels=_levels(raw.get("uplink_levels")),
+        target_of_reference=_fraction("target_of_reference", raw.get("target_of_reference", 0)),
     )
     for a in spec.arms:  # every arm's first point must be a valid run on every workload
         point = arm_points(spec, a, count=1)[0]

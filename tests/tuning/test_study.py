@@ -167,6 +167,18 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
     assert trials["selected"].all()  # one trial per arm: it is the selection
     meta = json.loads((out / "study.json").read_text())
     assert meta["status"] == "finished" and meta["trials_per_arm"] == 1 and meta["wall_s"] > 0
+    # selection at matched uplink: a dense arm reaches no level; every level an arm's one
+    # configuration reaches is that configuration, run once under the arm's label
+    for w in ("digits", "fashionmnist"):
+        got = meta["choices"][w]
+        assert got["unable"]["fedavg"] == ["up10", "up25", "up50"]
+        assert set(got["level_bytes"]) == {"up10", "up25", "up50"}
+        for arm, objectives in got["arms"].items():
+            reached = [lv for lv in ("up10", "up25", "up50") if lv in objectives]
+            unable = got["unable"].get(arm, [])
+            assert sorted(reached + unable) == ["up10", "up25", "up50"]
+            assert reached == ["up10", "up25", "up50"][len(unable) :]  # a level within reach
+            assert {o["label"] for o in objectives.values()} == {arm}
     md = (out / "report" / "report.md").read_text()
     assert "Study `study` (scale `small`)" in md and "Δ test acc vs topk_fedavg" in md
     assert (out / "report" / "pareto_arms.png").is_file()
