@@ -11,7 +11,7 @@ import pandas as pd
 from reuse_ray.results.reader import read_metadata
 from reuse_ray.results.storage import Storage, join
 
-from . import plots, tables
+from . import frontier, plots, tables
 from .load import AnalysisError, Results, load
 
 
@@ -100,6 +100,7 @@ def _write(
     ]
     if study:
         md += budget_section(study, res_all)
+        md += frontier.sections(res_all, study, out)
     md += [
         "## Dense-downlink sensitivity and measured bytes\n",
         "Restricted uplink saving, its sensitivity with one dense download per selected client "

@@ -157,7 +157,11 @@ def _report(args: argparse.Namespace) -> int:
             _print(study_header(study, res))
         _print(markdown(leaderboard(final, args.round, refs), digits=3))
         if study:
+            from analysis.frontier import sections
+
             for line in budget_section(study, res, full=False):
+                _print(line)
+            for line in sections(res, study):  # a study with uplink levels: who wins at each
                 _print(line)
         return 0
     path = write_report(args.results, args.out, args.round, args.reference, args.target)

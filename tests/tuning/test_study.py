@@ -183,6 +183,11 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
     assert "Study `study` (scale `small`)" in md and "Δ test acc vs topk_fedavg" in md
     assert (out / "report" / "pareto_arms.png").is_file()
     assert "## Bytes to validation accuracy digits 0.85, fashionmnist 0.7" in md
+    # the matched-uplink sections: a level table with unable rows, the frontier figures
+    assert "## Accuracy at matched uplink" in md and "| unable |" in md
+    assert "## The frontier" in md
+    for w in ("digits", "fashionmnist"):
+        assert (out / "report" / f"frontier_{w}.png").is_file()
     assert any(line.startswith("study study finished") for line in said)
 
 

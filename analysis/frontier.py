@@ -1,0 +1,314 @@
+"""Who is most accurate at equal uplink (a study with ``uplink_levels``): the level table, the
+frontier and the bytes to a target fixed in advance, from the final-stage runs and the choices
+``study.json`` records (which label is which arm's choice at which level).
+
+* :func:`level_table` — per workload, level and arm: the chosen configuration's final-stage
+  test accuracy (mean ± SD over the fresh seeds) and its uplink, or ``unable`` where no
+  configuration of the arm stayed within the level; the paired test-accuracy difference to the
+  level's most accurate arm (same seeds, bootstrap 95 % CI from 5 pairs on).
+* :func:`frontier_points` / :func:`frontier_plot` — every tuned label's mean final-round test
+  accuracy against its mean cumulative restricted uplink, the non-dominated ones named;
+  validation accuracy against uplink over the rounds (mean, min–max band over seeds), the
+  levels marked, the measured ledger in a second panel.
+* :func:`bytes_to_reference_target` — the uplink each label spent until its validation accuracy
+  first reached ``target_of_reference`` × the reference arm's mean final-stage validation
+  accuracy (validation only: fixed before any test read), with paired differences against the
+  study's ``compare_to`` arms.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from .load import Results
+from .stats import bootstrap_ci, mean_sd
+from .tables import MIN_CI_PAIRS, pareto_mask
+
+UNABLE = "unable"
+
+
+def _workload_runs(res: Results, study: dict, workload: str) -> pd.DataFrame:
+    sweep = f"{study['name']}-{workload}"
+    runs = res.runs
+    return runs[(runs["stage"] == "final") & (runs["sweep"] == sweep)]
+
+
+def _final_rows(res: Results, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per final run at its last round: label, seed, test and validation accuracy,
+    cumulative uplink in both ledgers."""
+    last = res.rounds[res.rounds["run_id"].isin(runs["run_id"])]
+    last = last.sort_values("round").groupby("run_id").tail(1).set_index("run_id")
+    r = runs.set_index("run_id")
+    return pd.DataFrame(
+        {
+            "label": r["label"],
+            "seed": r["seed"],
+            "test_acc": r["test_acc"],
+            "val_acc": r["final_val_acc"],
+            "up_restricted": last["cum_up_restricted"].reindex(r.index),
+            "up_measured": last["cum_up_measured"].reindex(r.index),
+        }
+    ).reset_index()
+
+
+def _paired(a: pd.DataFrame, b: pd.DataFrame, value: str, seed: int = 0) -> tuple:
+    d = (a.set_index("seed")[value] - b.set_index("seed")[value]).dropna()
+    lo, hi = bootstrap_ci(d.to_numpy(), seed=seed)
+    return len(d), (float(d.mean()) if len(d) else float("nan")), lo, hi
+
+
+def _diff_text(n: int, mean: float, lo: float, hi: float, digits: int = 3) -> str:
+    if not n or not np.isfinite(mean):
+        return ""
+    if n < MIN_CI_PAIRS:
+        return f"{mean:+.{digits}f} ({n} pairs)"
+    return f"{mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
+
+
+def level_table(res: Results, study: dict) -> pd.DataFrame:
+    """Per workload, level and arm (most accurate first): the label its choice ran under,
+    seeds, test accuracy (mean ± SD), mean cumulative restricted uplink (MB) against the
+    level's limit, and the paired test-accuracy difference to the level's most accurate arm;
+    an arm no configuration of which stayed within the level is a row marked ``unable``."""
+    rows = []
+    for workload, got in (study.get("choices") or {}).items():
+        finals = _final_rows(res, _workload_runs(res, study, workload))
+        for level, limit in (got.get("level_bytes") or {}).items():
+            arms = []
+            for arm, objectives in (got.get("arms") or {}).items():
+                choice = objectives.get(level)
+                if choice is None:
+                    continue
+                runs = finals[finals["label"] == choice["label"]]
+                m, s = mean_sd(runs["test_acc"])
+                arms.append((arm, choice["label"], runs, m, s))
+            arms.sort(key=lambda a: -a[3] if np.isfinite(a[3]) else np.inf)
+            best = arms[0] if arms else None
+            for arm, label, runs, m, s in arms:
+                diff = "" if arm == best[0] else _diff_text(*_paired(runs, best[2], "test_acc"))
+                rows.append(
+                    {
+                        "workload": workload,
+                        "level": level,
+                        "limit MB": round(limit / 1e6, 2),
+                        "arm": arm,
+                        "label": label,
+                        "seeds": runs["seed"].nunique(),
+                        "test acc": f"{m:.3f} ± {s:.3f}" if np.isfinite(s) else f"{m:.3f}",
+                        "uplink MB": round(float(runs["up_restricted"].mean()) / 1e6, 2),
+                        "Δ test acc vs the level's best": diff,
+                    }
+                )
+            for arm in sorted(got.get("unable") or {}):
+                if level in got["unable"][arm]:
+                    rows.append(
+                        {
+                            "workload": workload,
+                            "level": level,
+                            "limit MB": round(limit / 1e6, 2),
+                            "arm": arm,
+                            "label": "",
+                            "seeds": 0,
+                            "test acc": UNABLE,
+                            "uplink MB": "",
+                            "Δ test acc vs the level's best": "",
+                        }
+                    )
+    return pd.DataFrame(rows)
+
+
+def frontier_points(res: Results, study: dict) -> pd.DataFrame:
+    """Per workload and final label: mean final-round test accuracy and mean cumulative
+    restricted and measured uplink (MB), and whether it is non-dominated (no other label at
+    least as accurate for at most as many restricted uplink bytes)."""
+    rows = []
+    for workload in study.get("choices") or {}:
+        finals = _final_rows(res, _workload_runs(res, study, workload))
+        for label, g in finals.groupby("label"):
+            rows.append(
+                {
+                    "workload": workload,
+                    "label": label,
+                    "seeds": g["seed"].nunique(),
+                    "test_acc": float(g["test_acc"].mean()),
+                    "up_restricted_MB": float(g["up_restricted"].mean()) / 1e6,
+                    "up_measured_MB": float(g["up_measured"].mean()) / 1e6,
+                }
+            )
+    out = pd.DataFrame(rows)
+    if not len(out):
+        return out
+    out["on_front"] = False
+    for _, idx in out.groupby("workload").groups.items():
+        mask = pareto_mask(
+            out.loc[idx, "test_acc"].to_numpy(), out.loc[idx, "up_restricted_MB"].to_numpy()
+        )
+        out.loc[idx[mask], "on_front"] = True
+    return out
+
+
+def reference_target(res: Results, study: dict, workload: str) -> float | None:
+    """``target_of_reference`` × the reference arm's mean final-stage validation accuracy
+    (validation only), or None where the study sets none."""
+    ratio = float(study.get("target_of_reference") or 0)
+    ref = study.get("retention_reference")
+    if not ratio or not ref:
+        return None
+    runs = _workload_runs(res, study, workload)
+    val = runs[runs["label"] == ref]["final_val_acc"]
+    return ratio * float(val.mean()) if val.notna().any() else None
+
+
+def bytes_to_reference_target(res: Results, study: dict) -> pd.DataFrame:
+    """Per workload and final label: the target, runs, how many never reached it (censored:
+    their uplink at the end counts, a lower bound), the mean cumulative restricted uplink
+    until the first validation at or above it (MB), and for each ``compare_to`` arm the
+    paired difference of that uplink (same seeds; MB)."""
+    rows = []
+    for workload in study.get("choices") or {}:
+        goal = reference_target(res, study, workload)
+        if goal is None:
+            continue
+        runs = _workload_runs(res, study, workload)
+        rounds = res.rounds[res.rounds["run_id"].isin(runs["run_id"])].sort_values("round")
+        label = runs.set_index("run_id")["label"]
+        spent = []
+        for run_id, g in rounds[rounds["val_acc"].notna()].groupby("run_id"):
+            hit = g[g["val_acc"] >= goal]
+            r = hit.iloc[0] if len(hit) else g.iloc[-1]
+            spent.append(
+                {
+                    "label": label[run_id],
+                    "seed": int(r["seed"]),
+                    "censored": not len(hit),
+                    "up_MB": float(r["cum_up_restricted"]) / 1e6,
+                }
+            )
+        df = pd.DataFrame(spent)
+        refs = [r for r in study.get("compare_to") or () if r in set(df["label"])]
+        for name, g in df.groupby("label"):
+            row = {
+                "workload": workload,
+                "label": name,
+                "target val acc": round(goal, 4),
+                "runs": len(g),
+                "censored": int(g["censored"].sum()),
+                "uplink to target MB": round(float(g["up_MB"].mean()), 2),
+            }
+            for ref in refs:
+                other = df[df["label"] == ref]
+                row[f"Δ MB vs {ref}"] = (
+                    "" if name == ref else _diff_text(*_paired(g, other, "up_MB"), digits=2)
+                )
+            rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def frontier_plot(res: Results, study: dict, out: Path) -> list[Path]:
+    """Per workload: validation accuracy against cumulative uplink for every final label
+    (mean over seeds, min–max band), final-round test accuracy as points, the uplink levels
+    as vertical lines, the non-dominated labels named; restricted ledger left, measured
+    right."""
+    from .plots import _legend, _save, plt
+
+    paths = []
+    points = frontier_points(res, study)
+    for workload, got in (study.get("choices") or {}).items():
+        runs = _workload_runs(res, study, workload)
+        if not len(runs):
+            continue
+        rounds = res.rounds[
+            res.rounds["run_id"].isin(runs["run_id"]) & res.rounds["val_acc"].notna()
+        ]
+        rounds = rounds.assign(label=rounds["run_id"].map(runs.set_index("run_id")["label"]))
+        pts = points[points["workload"] == workload]
+        fig, axes = plt.subplots(1, 2, figsize=(12.8, 5.0), sharey=True)
+        for ax in axes:  # enough colours for a study's labels
+            ax.set_prop_cycle(color=plt.cm.tab20.colors)
+        for ax, ledger, col in (
+            (axes[0], "restricted", "cum_up_restricted"),
+            (axes[1], "measured", "cum_up_measured"),
+        ):
+            for label, g in rounds.groupby("label"):
+                per = g.groupby("round").agg(
+                    x=(col, "mean"),
+                    mean=("val_acc", "mean"),
+                    lo=("val_acc", "min"),
+                    hi=("val_acc", "max"),
+                )
+                style = "--" if "@" in label else "-"  # a level's own choice: dashed
+                line = ax.plot(per["x"] / 1e6, per["mean"], style, lw=1.2, label=label)[0]
+                ax.fill_between(per["x"] / 1e6, per["lo"], per["hi"], alpha=0.12)
+                p = pts[pts["label"] == label]
+                x = p[f"up_{ledger}_MB"]
+                ax.scatter(x, p["test_acc"], color=line.get_color(), marker="*", s=60, zorder=3)
+            if ledger == "restricted":
+                for level, limit in (got.get("level_bytes") or {}).items():
+                    ax.axvline(limit / 1e6, color="grey", ls=":", lw=1)
+                    ax.text(limit / 1e6, ax.get_ylim()[0], f" {level}", color="grey", fontsize=8)
+            ax.set_xscale("log")
+            ax.set_xlabel(f"cumulative {ledger} uplink (MB, log scale)")
+            ax.grid(alpha=0.3)
+        axes[0].set_ylabel("validation accuracy (lines), final test accuracy (stars)")
+        front = ", ".join(pts[pts["on_front"]].sort_values("up_restricted_MB")["label"])
+        fig.suptitle(f"{workload}: accuracy against uplink; non-dominated: {front}", fontsize=10)
+        _legend(axes[1])
+        paths.append(_save(fig, out / f"frontier_{workload}.png"))
+    return paths
+
+
+def has_levels(study: dict | None) -> bool:
+    return any((c or {}).get("level_bytes") for c in ((study or {}).get("choices") or {}).values())
+
+
+def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
+    """The report's (and ``report --leaderboard``'s) Markdown of a study with uplink levels:
+    the level table, the frontier's points and, where ``out`` is given, its figures; the bytes
+    to the reference target."""
+    from .tables import markdown
+
+    if not has_levels(study):
+        return []
+    md = [
+        "## Accuracy at matched uplink\n",
+        "Per uplink level (a fraction of the reference arm's tuned cumulative restricted "
+        "uplink), each arm's most accurate search configuration within it, rerun on the fresh "
+        "seeds: final-round test accuracy (mean ± SD), its uplink, and the paired difference to "
+        "the level's most accurate arm (bootstrap 95 % CI from 5 pairs on). `unable`: no "
+        "finished configuration of the arm stayed within the level.\n",
+        markdown(level_table(res, study), digits=3),
+        "\n## The frontier\n",
+        "Every final label's mean test accuracy against its mean cumulative uplink; "
+        "`on_front`: no other label is at least as accurate for at most as many restricted "
+        "uplink bytes.\n",
+        markdown(frontier_points(res, study), digits=3),
+    ]
+    if out is not None:
+        md += [f"\n![{p.stem}]({p.name})\n" for p in frontier_plot(res, study, out)]
+    btt = bytes_to_reference_target(res, study)
+    if len(btt):
+        ratio = study.get("target_of_reference")
+        md += [
+            f"\n## Uplink to {ratio:g} × the reference's validation accuracy\n",
+            f"The target is {ratio:g} × `{study.get('retention_reference')}`'s mean "
+            "final-stage validation accuracy (validation only, fixed before any test read); "
+            "per label the mean cumulative restricted uplink until a run's validation "
+            "accuracy first reached it (censored runs count their total, a lower bound), and "
+            "the paired differences (same seeds).\n",
+            markdown(btt, digits=3),
+        ]
+    return md
+
+
+__all__ = [
+    "has_levels",
+    "sections",
+    "bytes_to_reference_target",
+    "frontier_plot",
+    "frontier_points",
+    "level_table",
+    "reference_target",
+]
