@@ -54,7 +54,7 @@ class DataConfig:
     image_size: int = 28  # medmnist image size (28, 64, 128, 224)
     synthetic_samples: int = 2000  # synthetic: train+test samples
     synthetic_shape: tuple[int, ...] = (1, 8, 8)  # synthetic: C, H, W
-    synthetic_classes: int = 10
+    synthetic_classes: int = 10  # synthetic: number of classes
     synthetic_noise: float = 1.0  # synthetic: noise std around each class template
     # a fixed stratified subset of about this many training images (after the validation
     # carve-out; every class in proportion, drawn from split_seed); 0: the whole split
@@ -104,6 +104,8 @@ class ModelConfig:
     """Model choice: the shallow CNN (``cnn``, padded; ``cnn_valid``, the classic unpadded MNIST
     CNN) or torchvision ResNet-18 (auto: ResNet-18 for CIFAR)."""
 
+    # auto (ResNet-18 for CIFAR, else cnn), cnn (the paper's shallow CNN), cnn_valid (unpadded:
+    # about half its convolution work) or resnet18
     name: str = "auto"
     hidden: int = 128  # width of the CNN's hidden linear layer
 
@@ -116,14 +118,15 @@ class ModelConfig:
 class TrainConfig:
     """Local training, methods: Conventions."""
 
-    epochs: int = 3
-    batch_size: int = 128
-    lr: float = 0.05
-    momentum: float = 0.9
-    weight_decay: float = 1e-4
+    epochs: int = 3  # local epochs over the client's samples each time it trains
+    batch_size: int = 128  # local minibatch size
+    lr: float = 0.05  # local SGD learning rate
+    momentum: float = 0.9  # local SGD momentum (reset every time a client trains)
+    weight_decay: float = 1e-4  # local SGD weight decay (L2)
     augment: str = "auto"  # auto: crop+flip for CIFAR, none otherwise
     threads: int = 1  # torch threads for client work; fixed so results do not depend on cores
     amp: bool = True  # autocast on CUDA only; codecs and ledger always see fp32 deltas
+    # batch size of validation and test passes (no effect on the numbers)
     eval_batch_size: int = 1024
 
     def __post_init__(self) -> None:
@@ -141,8 +144,8 @@ class TrainConfig:
 class FLConfig:
     """The federation: clients, participation and the fixed round budget (design: Runs)."""
 
-    num_clients: int = 50
-    clients_per_round: int = 10
+    num_clients: int = 50  # N: clients the training split is partitioned over
+    clients_per_round: int = 10  # K: clients selected each round (uniform participation)
     rounds: int = 30  # final round T, fixed in advance; the test split is read once, at T
     eval_every: int = 5  # validation at round 1, every eval_every rounds and at T
     server_lr: float = 1.0  # eta_s of the FedAvg family (methods: Conventions)
@@ -150,8 +153,8 @@ class FLConfig:
     two_group_a: float = 5.0  # two_group: weight 1+a on the first half of the ids
     group_probs: tuple[float, ...] = (1.0, 0.5)  # groups: p of each contiguous block of ids
     # adversarial (MIFA): p_i = p_min + (p_max − p_min)·min_label_i/(K − 1)
-    avail_min: float = 0.1
-    avail_max: float = 1.0
+    avail_min: float = 0.1  # adversarial participation: the lowest availability probability
+    avail_max: float = 1.0  # adversarial participation: the highest availability probability
 
     def __post_init__(self) -> None:
         check_choice("participation", self.participation, PARTICIPATION)
@@ -279,7 +282,7 @@ class EngineConfig:
     # per-client loop within float tolerance, not bit for bit, so a vectorized run has its own
     # run id; both engines form the same groups and give identical results
     vectorize: bool = False
-    vectorize_group: int = 16
+    vectorize_group: int = 16  # vectorize: at most this many clients trained as one stacked batch
     # keep convolution weights and activations channels-last (NHWC): oneDNN's CPU kernels and
     # GPU tensor cores are faster on it. The convolutions round differently from the default
     # channels-first layout, so such a run has its own run id; each layout is deterministic
@@ -308,6 +311,7 @@ class EngineConfig:
 class RunConfig:
     """One FL run: what a Tune trial or ``reuse-ray run`` executes."""
 
+    # the run's seed: partitions, client schedules, shuffles and initial weights (keyed streams)
     seed: int = 0
     data: DataConfig = field(default_factory=DataConfig)
     partition: PartitionConfig = field(default_factory=PartitionConfig)

@@ -75,7 +75,7 @@ class DGConfig:
     gate: str = "proxy"  # proxy (the real gate) | off (age cap + quota only) | random
     gate_prob: float = 0.2  # gate=random: firing probability
     proxy_batches: int = 5  # at most this many proxy batches
-    proxy_batch_size: int = 64
+    proxy_batch_size: int = 64  # samples per proxy-gradient batch
     proxy_mode: str = "train"  # train (the seed) or eval (design: Validation-only search)
     normalize_signature: bool = False  # unit-normalise p_ref before the EMA (R5 alternative)
     # clients the age cap forces fresh: skip their gate proxy (cheaper; gate_score null) |

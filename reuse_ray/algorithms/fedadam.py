@@ -36,10 +36,10 @@ from .uplink import ErrorFeedback, TopK, compressor_for, decode_update, train_an
 class FedAdamConfig:
     """FedAdam (methods: FedAdam); seed values eta=0.01, beta1=0.9, beta2=0.99, tau=1e-3."""
 
-    lr: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
+    lr: float = 0.01  # η: the server's Adam step size
+    beta1: float = 0.9  # β1: the first moment's decay
+    beta2: float = 0.99  # β2: the second moment's decay
+    tau: float = 1e-3  # τ: the adaptivity constant added to √v
     v0: str = "tau_squared"  # v_0 = tau^2 (paper) or zero (Flower)
 
     def __post_init__(self) -> None:

@@ -30,7 +30,7 @@ from .uplink import ErrorFeedback, TopK, compressor_for, decode_update, train_an
 class FedProxConfig:
     """FedProx (methods: FedProx); the seed's control uses mu = 5e-4."""
 
-    mu: float = 5e-4
+    mu: float = 5e-4  # μ of the proximal term (μ/2)‖w − w_t‖² in the local objective
 
     def __post_init__(self) -> None:
         check_range("mu", self.mu, 0.0)

@@ -61,50 +61,64 @@ def config_fields() -> list[pa.Field]:
 
 
 RUN_COLUMNS = [
+    # the run's id: method and a hash of its config and seed (identical runs share it)
     pa.field("run_id", pa.string(), nullable=False),
-    pa.field("seed", pa.int64(), nullable=False),
+    pa.field("seed", pa.int64(), nullable=False),  # the run's seed
+    # one of RUN_STATUS: finished, diverged, failed, stopped, interrupted, running
     pa.field("status", pa.string(), nullable=False),
-    pa.field("error", pa.string()),
+    pa.field("error", pa.string()),  # why a run failed, diverged or was interrupted (one line)
     pa.field("stage", pa.string()),  # run | search | final
+    # the sweep (or a study's <name>-<workload>) the run belongs to; null for a single run
     pa.field("sweep", pa.string()),
-    pa.field("trial_id", pa.string()),
+    pa.field("trial_id", pa.string()),  # the Tune trial that ran it
     pa.field("label", pa.string()),  # final stage: selected-<j> or compare-<j>
-    pa.field("dataset", pa.string()),
+    pa.field("dataset", pa.string()),  # data.name
+    # the model built (model.name resolved: cnn, cnn_valid, resnet18)
     pa.field("model", pa.string()),
+    # the engine that ran it: local or ray (numbers identical, tested)
     pa.field("backend", pa.string()),
-    pa.field("rounds_planned", pa.int64()),
-    pa.field("rounds_completed", pa.int64()),
-    pa.field("final_round", pa.int64()),
-    pa.field("num_params", pa.int64()),
+    pa.field("rounds_planned", pa.int64()),  # T: fl.rounds
+    pa.field("rounds_completed", pa.int64()),  # rounds whose rows are recorded
+    pa.field("final_round", pa.int64()),  # the last recorded round (null before the first)
+    pa.field("num_params", pa.int64()),  # d: the model's trainable parameters
     pa.field("dense_bytes", pa.int64()),  # B0
+    # the last validation accuracy (at T for a finished run)
     pa.field("final_val_acc", pa.float64()),
-    pa.field("final_val_loss", pa.float64()),
+    pa.field("final_val_loss", pa.float64()),  # the last validation loss
+    # test accuracy at T (final stage and single runs only; null in a search)
     pa.field("test_acc", pa.float64()),
-    pa.field("test_loss", pa.float64()),
-    pa.field("test_round", pa.int64()),
+    pa.field("test_loss", pa.float64()),  # test loss at T
+    pa.field("test_round", pa.int64()),  # the round the test split was read at (T), or null
     pa.field("test_reads", pa.int64()),  # times the test split was loaded (0 or 1)
+    # bytes: the restricted ledger's uplink over all rounds
     pa.field("cum_up_restricted", pa.int64()),
+    # bytes: one dense download per selected client over all rounds
     pa.field("cum_down_sensitivity", pa.int64()),
+    # bytes: a dense upload per selected client over all rounds (the saving's reference)
     pa.field("cum_dense_reference", pa.int64()),
+    # bytes: every serialized uplink message, headers and control included
     pa.field("cum_up_measured", pa.int64()),
-    pa.field("cum_down_measured", pa.int64()),
-    pa.field("cum_saving_restricted", pa.float64()),
+    pa.field("cum_down_measured", pa.int64()),  # bytes: every serialized downlink message
+    pa.field("cum_saving_restricted", pa.float64()),  # 1 − cum_up_restricted / cum_dense_reference
+    # the restricted saving with the dense downlink counted
     pa.field("cum_saving_bidirectional", pa.float64()),
+    # the server's method state at the end (caches, memories)
     pa.field("server_memory_bytes", pa.int64()),
+    # clients' kept state at the end (error-feedback memories)
     pa.field("client_memory_bytes", pa.int64()),
-    pa.field("client_steps", pa.int64()),
+    pa.field("client_steps", pa.int64()),  # local SGD steps over all clients and rounds
     # wall seconds summed over the run's attempts (each up to the checkpoint the next resumed
     # from, the last one whole), and when the first started; null where a resumed checkpoint
     # was written before they were kept
     pa.field("wall_s", pa.float64()),
-    pa.field("started_at", pa.string()),
+    pa.field("started_at", pa.string()),  # when the first attempt started (UTC, ISO 8601)
     pa.field("attempts", pa.int64()),  # 1 for a run never resumed
     pa.field("resumed_from_round", pa.int64()),  # the last attempt's checkpoint round, or null
     pa.field("attempt_started_at", pa.string()),  # the last attempt's start and wall seconds
-    pa.field("attempt_wall_s", pa.float64()),
+    pa.field("attempt_wall_s", pa.float64()),  # the last attempt's wall seconds
     pa.field("host", pa.string()),  # the machine whose process drove the run (hostname)
     pa.field("ray_node", pa.string()),  # its Ray node id (hex), when it ran inside Ray
-    pa.field("config_json", pa.string()),
+    pa.field("config_json", pa.string()),  # the whole run config as JSON
 ]
 
 
@@ -122,29 +136,34 @@ _RUNS_CACHE: dict[str, typing.Any] = {}
 
 ROUNDS = pa.schema(
     [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("seed", pa.int64(), nullable=False),
-        pa.field("round", pa.int64(), nullable=False),
-        pa.field("num_selected", pa.int64()),
-        pa.field("num_fresh", pa.int64()),
-        pa.field("num_reused", pa.int64()),
+        pa.field("run_id", pa.string(), nullable=False),  # the run
+        pa.field("seed", pa.int64(), nullable=False),  # the run's seed
+        pa.field("round", pa.int64(), nullable=False),  # t, 1..T
+        pa.field("num_selected", pa.int64()),  # clients selected this round (S_t)
+        pa.field("num_fresh", pa.int64()),  # clients that trained and uploaded this round
+        pa.field("num_reused", pa.int64()),  # clients whose cached or stale update was used instead
+        # mean local training loss of the clients that trained
         pa.field("train_loss", pa.float64()),
         pa.field("val_acc", pa.float64()),  # null on rounds without evaluation
-        pa.field("val_loss", pa.float64()),
+        pa.field("val_loss", pa.float64()),  # validation loss, null on rounds without evaluation
+        # bytes: this round's uplink in the restricted ledger
         pa.field("up_restricted", pa.int64()),
-        pa.field("down_sensitivity", pa.int64()),
-        pa.field("dense_reference", pa.int64()),
-        pa.field("up_measured", pa.int64()),
-        pa.field("down_measured", pa.int64()),
-        pa.field("cum_up_restricted", pa.int64()),
-        pa.field("cum_down_sensitivity", pa.int64()),
-        pa.field("cum_dense_reference", pa.int64()),
-        pa.field("cum_up_measured", pa.int64()),
-        pa.field("cum_down_measured", pa.int64()),
+        pa.field("down_sensitivity", pa.int64()),  # bytes: one dense download per selected client
+        pa.field("dense_reference", pa.int64()),  # bytes: a dense upload per selected client
+        pa.field("up_measured", pa.int64()),  # bytes: this round's serialized uplink
+        pa.field("down_measured", pa.int64()),  # bytes: this round's serialized downlink
+        pa.field("cum_up_restricted", pa.int64()),  # bytes: restricted uplink up to this round
+        pa.field("cum_down_sensitivity", pa.int64()),  # bytes: dense downloads up to this round
+        pa.field("cum_dense_reference", pa.int64()),  # bytes: the dense reference up to this round
+        pa.field("cum_up_measured", pa.int64()),  # bytes: measured uplink up to this round
+        pa.field("cum_down_measured", pa.int64()),  # bytes: measured downlink up to this round
+        # this round's 1 − up_restricted / dense_reference
         pa.field("saving_restricted", pa.float64()),
+        # 1 − cum_up_restricted / cum_dense_reference
         pa.field("cum_saving_restricted", pa.float64()),
+        # the cumulative saving with the dense downlink counted
         pa.field("cum_saving_bidirectional", pa.float64()),
-        pa.field("client_steps", pa.int64()),
+        pa.field("client_steps", pa.int64()),  # local SGD steps this round
         pa.field("update_norm", pa.float64()),  # ‖w_{t+1} − w_t‖
         # client work and server step, plus the wait for this round's validation (on the Ray
         # engine the validation runs beside the next round, so the wait is usually ~0)
@@ -154,56 +173,60 @@ ROUNDS = pa.schema(
 
 CLIENT_EVENTS = pa.schema(
     [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("seed", pa.int64(), nullable=False),
-        pa.field("round", pa.int64(), nullable=False),
-        pa.field("client_id", pa.int64(), nullable=False),
+        pa.field("run_id", pa.string(), nullable=False),  # the run
+        pa.field("seed", pa.int64(), nullable=False),  # the run's seed
+        pa.field("round", pa.int64(), nullable=False),  # t
+        pa.field("client_id", pa.int64(), nullable=False),  # the client
         pa.field("decision", pa.string(), nullable=False),  # one of CLIENT_DECISIONS
-        pa.field("num_samples", pa.int64()),
+        pa.field("num_samples", pa.int64()),  # the client's training samples
         pa.field("weight", pa.float64()),  # aggregation weight π_i
+        # its mean local training loss (null when it did not train)
         pa.field("train_loss", pa.float64()),
-        pa.field("local_steps", pa.int64()),
-        pa.field("up_restricted", pa.int64()),
-        pa.field("up_measured", pa.int64()),
-        pa.field("down_measured", pa.int64()),
+        pa.field("local_steps", pa.int64()),  # its local SGD steps
+        pa.field("up_restricted", pa.int64()),  # bytes it cost in the restricted ledger
+        pa.field("up_measured", pa.int64()),  # bytes it sent, serialized
+        pa.field("down_measured", pa.int64()),  # bytes it received, serialized
         pa.field("update_norm", pa.float64()),  # ‖u_i‖ of the contribution
         # DG-FedReuse gate columns, null for methods without a gate
         pa.field("gate_score", pa.float64()),
-        pa.field("tau", pa.float64()),
-        pa.field("age", pa.int64()),
-        pa.field("promoted", pa.bool_()),
-        pa.field("wall_s", pa.float64()),
+        pa.field("tau", pa.float64()),  # the gate's threshold τ_t
+        pa.field("age", pa.int64()),  # the age of its cached update, in rounds
+        pa.field("promoted", pa.bool_()),  # the fresh quota promoted it to train
+        pa.field("wall_s", pa.float64()),  # seconds its work took
     ]
 )
 
 CLIENTS = pa.schema(
     [
-        pa.field("run_id", pa.string(), nullable=False),
-        pa.field("seed", pa.int64(), nullable=False),
-        pa.field("client_id", pa.int64(), nullable=False),
-        pa.field("num_samples", pa.int64()),
-        pa.field("class_counts", pa.list_(pa.int64())),
+        pa.field("run_id", pa.string(), nullable=False),  # the run
+        pa.field("seed", pa.int64(), nullable=False),  # the run's seed (the partition's)
+        pa.field("client_id", pa.int64(), nullable=False),  # the client
+        pa.field("num_samples", pa.int64()),  # its training samples
+        pa.field("class_counts", pa.list_(pa.int64())),  # its samples per class
     ]
 )
 
 TRIALS = pa.schema(
     [
-        pa.field("sweep", pa.string(), nullable=False),
-        pa.field("stage", pa.string()),
-        pa.field("trial_id", pa.string()),
-        pa.field("run_id", pa.string()),
-        pa.field("searcher", pa.string()),
-        pa.field("objective", pa.string()),
+        pa.field("sweep", pa.string(), nullable=False),  # the sweep (a study's <name>-<workload>)
+        pa.field("stage", pa.string()),  # search, reeval, protocol
+        pa.field("trial_id", pa.string()),  # the Tune trial
+        pa.field("run_id", pa.string()),  # its run (runs.run_id)
+        pa.field("searcher", pa.string()),  # search.searcher
+        pa.field("objective", pa.string()),  # search.objective (a study: its objectives)
+        # the run's status (finished, stopped …), or error / missing
         pa.field("status", pa.string()),
-        pa.field("val_acc", pa.float64()),
-        pa.field("cum_up_restricted", pa.float64()),
-        pa.field("cum_saving_restricted", pa.float64()),
-        pa.field("objective_value", pa.float64()),
+        pa.field("val_acc", pa.float64()),  # validation accuracy at the last round it reached
+        pa.field("cum_up_restricted", pa.float64()),  # bytes: its restricted uplink
+        pa.field("cum_saving_restricted", pa.float64()),  # its restricted uplink saving
+        pa.field("objective_value", pa.float64()),  # the value the searcher maximised
+        # retention objective: the reference run's validation accuracy
         pa.field("reference_val_acc", pa.float64()),
+        # pareto objective: on the front of val_acc against uplink
         pa.field("on_pareto_front", pa.bool_()),
-        pa.field("selected", pa.bool_()),
-        pa.field("params_json", pa.string()),
-        pa.field("error", pa.string()),
+        pa.field("selected", pa.bool_()),  # the final stage reruns this configuration
+        pa.field("params_json", pa.string()),  # its searched parameters (dotted fields) as JSON
+        pa.field("error", pa.string()),  # the one-line error of a trial a user error ended
         pa.field("arm", pa.string()),  # a study's arm
         pa.field("selected_for", pa.string()),  # a study's objectives that selected the trial
         # the last round the trial's run recorded: below the final round for a trial a
@@ -214,7 +237,7 @@ TRIALS = pa.schema(
         # robust selection (search.reeval_*): the objective's mean over the search seed and
         # the re-evaluation seeds, on a candidate's search row; a re-evaluation row's seed
         pa.field("selection_mean", pa.float64()),
-        pa.field("seed", pa.int64()),
+        pa.field("seed", pa.int64()),  # a re-evaluation row's search seed (null on search rows)
     ]
 )
 

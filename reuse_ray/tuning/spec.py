@@ -68,14 +68,24 @@ TRIAL_BACKENDS = ("local", "ray")
 
 @dataclass(frozen=True)
 class SearchSpec:
-    space: str | None = None
+    space: str | None = None  # a registered search space (a method's name) the searcher samples
+    # tpe, nsga2 and random sample the space with Optuna; grid runs search.grid; none sends every
+    # grid point to the final stage unsearched
     searcher: str = "tpe"
+    # val_acc (validation accuracy at the final round), pareto (val_acc against restricted uplink,
+    # NSGA-II) or retention (the largest saving keeping search.retention of the reference's
+    # accuracy)
     objective: str = "val_acc"
+    # trials to run (grid: repeats of every point); with client_rounds, the most it may start
     num_samples: int = 8
-    seed: int = 0
+    seed: int = 0  # the searcher's seed
+    # dotted field -> list of values (grid and none searchers)
     grid: dict[str, list[Any]] = field(default_factory=dict)
+    # retention objective: the share of the reference run's validation accuracy to keep
     retention: float = 0.98
+    # retention objective: dotted fields of the reference run (default: the base config)
     reference: dict[str, Any] = field(default_factory=dict)
+    # at most this many trials at once (0: as many as the cluster fits)
     max_concurrent_trials: int = 0
     # a trial scheduler over FL rounds: none, asha or hyperband. Its time axis is the round of
     # the latest validation, so rungs fall on evaluation rounds; max_t is the final round
@@ -85,6 +95,7 @@ class SearchSpec:
     # robust selection: the top reeval_top configurations rerun on reeval_seeds (validation
     # only, stage "reeval"), chosen by the mean objective over the search seed and these
     reeval_top: int = 0
+    # robust selection: the further search seeds (disjoint from the search's and the final's)
     reeval_seeds: tuple[int, ...] = ()
     # a budget in client training rounds (selected clients x rounds reached, over all trials):
     # the search stops once it is spent; num_samples is then the most trials it may start
@@ -93,10 +104,12 @@ class SearchSpec:
 
 @dataclass(frozen=True)
 class TrialSpec:
+    # local (the trial's run in its own process) or ray (client-worker actors per trial)
     backend: str = "local"
-    cpus: float = 1.0
-    workers: int = 1
-    cpu_per_worker: float = 1.0
+    cpus: float = 1.0  # CPUs the trial's driver reserves
+    workers: int = 1  # ray backend: client-worker actors per trial
+    cpu_per_worker: float = 1.0  # ray backend: CPUs each client worker reserves
+    # GPU share of each client worker (0: CPU workers); needs GPUs in the cluster
     gpu_fraction: float = 0.0
     # custom resources of the trial's driver bundle, e.g. {node_kind_a100: 1} to place trials
     # on the nodes that declare it (`ray start --resources`)
@@ -126,8 +139,10 @@ class TrialSpec:
 
 @dataclass(frozen=True)
 class FinalSpec:
+    # fresh seeds, disjoint from the search's, on which the selected configurations rerun
     seeds: tuple[int, ...] = ()
-    top: int = 1
+    top: int = 1  # how many of the best search configurations the final stage reruns
+    # unsearched references (dotted fields, optional seeds:), labelled compare-<j>
     compare: tuple[dict[str, Any], ...] = ()
 
 

@@ -1,0 +1,270 @@
+"""``docs/reference.md``, generated from the code: every field of a run config (each block and
+each method's own block), of a sweep file and of a study file, and every column of the Parquet
+tables — its type, default, allowed values and one line of meaning.
+
+The meaning is the comment the source gives the field (on its line, else the comment lines just
+above it); allowed values come from the validators (``check_choice`` / ``check_range`` in a
+block's ``__post_init__``). ``python -m reuse_ray.reference > docs/reference.md`` writes the
+page; a test fails when the page is stale or a field or column has no meaning.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import sys
+import textwrap
+import typing
+from typing import Any
+
+
+def _comments(cls_or_source: Any) -> dict[str, str]:
+    """name -> the comment of each ``name: type = …`` line of a class body (or of a list of
+    ``pa.field("name", …)`` lines): the trailing comment, else the comment lines above."""
+    src = cls_or_source if isinstance(cls_or_source, str) else inspect.getsource(cls_or_source)
+    src = textwrap.dedent(src)
+    lines = src.splitlines()
+    trailing = {i: _trailing(line) for i, line in enumerate(lines, 1)}
+    out: dict[str, str] = {}
+    for i, line in enumerate(lines, 1):
+        stripped = line.strip()
+        name = None
+        if stripped.startswith('pa.field("'):
+            name = stripped.split('"')[1]
+        elif ":" in stripped and not stripped.startswith(("#", "def ", "class ", '"', "@")):
+            head = stripped.split(":")[0]
+            if head.isidentifier() and len(line) - len(line.lstrip()) == 4:
+                name = head
+        if name is None or name in out:
+            continue
+        text = trailing.get(i, "") if not line.lstrip().startswith("#") else ""
+        if not text:  # the comment block just above
+            above, k = [], i - 1
+            while k >= 1 and lines[k - 1].strip().startswith("#"):
+                above.insert(0, lines[k - 1].strip().lstrip("#").strip())
+                k -= 1
+            text = " ".join(above)
+        out[name] = text
+    return out
+
+
+def _trailing(line: str) -> str:
+    """The comment at the end of a code line ("" if none): a ``#`` outside string quotes."""
+    quote = None
+    for k, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "\"'":
+            quote = ch
+        elif ch == "#":
+            return line[k + 1 :].strip() if line[:k].strip() else ""
+    return ""
+
+
+def _allowed(cls: type) -> dict[str, str]:
+    """field -> allowed values, read from ``check_choice`` / ``check_range`` calls in the
+    class's ``__post_init__``."""
+    post = getattr(cls, "__post_init__", None)
+    if post is None:
+        return {}
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(post)))
+    except (OSError, TypeError):
+        return {}
+    module = sys.modules[cls.__module__]
+    out = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        args = node.args
+        if not args or not isinstance(args[0], ast.Constant):
+            continue
+        name = args[0].value
+        if node.func.id == "check_choice" and len(args) >= 3:
+            try:
+                values = eval(compile(ast.Expression(args[2]), "<ref>", "eval"), vars(module))
+            except Exception:  # noqa: BLE001 - a computed choice list: no entry
+                continue
+            out[name] = ", ".join(f"`{v}`" for v in values)
+        elif node.func.id == "check_range" and len(args) >= 3:
+            lo = ast.unparse(args[2])
+            hi = ast.unparse(args[3]) if len(args) >= 4 else None
+            kw = {k.arg: ast.unparse(k.value) for k in node.keywords}
+            left = "(" if kw.get("lo_open") == "True" else "["
+            right = ")" if kw.get("hi_open") == "True" else "]"
+            out[name] = f"{left}{lo}, {hi}{right}" if hi else f"≥ {lo}"
+    return out
+
+
+def _type(tp: Any) -> str:
+    text = tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
+    return str(text).replace("typing.", "")
+
+
+def _default(f: dataclasses.Field) -> str:
+    if f.default is not dataclasses.MISSING:
+        value = f.default
+    elif f.default_factory is not dataclasses.MISSING:
+        value = f.default_factory()
+    else:
+        return "required"
+    if dataclasses.is_dataclass(value):
+        return "(block)"
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, tuple):
+        value = list(value)
+    return f"`{value!r}`" if isinstance(value, str) else f"`{value}`"
+
+
+def field_rows(cls: type, prefix: str = "") -> list[dict[str, str]]:
+    """One row per field of a frozen config dataclass (nested blocks: their own rows)."""
+    meaning, allowed = _comments(cls), _allowed(cls)
+    hints = typing.get_type_hints(cls)
+    rows = []
+    for f in dataclasses.fields(cls):
+        if f.name.startswith("_"):
+            continue
+        tp = hints.get(f.name, f.type)
+        if dataclasses.is_dataclass(tp):
+            continue  # a block: its own table
+        rows.append(
+            {
+                "field": f"{prefix}{f.name}",
+                "type": _type(f.type),
+                "default": _default(f),
+                "allowed": allowed.get(f.name, ""),
+                "meaning": meaning.get(f.name, ""),
+            }
+        )
+    return rows
+
+
+def _table(rows: list[dict[str, str]], cols: tuple[str, ...]) -> str:
+    def cell(v: str) -> str:
+        return str(v).replace("|", "\\|")
+
+    head = "| " + " | ".join(cols) + " |\n|" + "---|" * len(cols)
+    return "\n".join([head, *("| " + " | ".join(cell(r[c]) for c in cols) + " |" for r in rows)])
+
+
+FIELD_COLS = ("field", "type", "default", "allowed", "meaning")
+
+
+def run_config_sections() -> list[tuple[str, list[dict[str, str]]]]:
+    """(title, rows) of every block of a run config, then of every registered method's own
+    block (``method.<block>``)."""
+    from .algorithms.registry import get_method, method_names
+    from .config import RunConfig
+
+    out = [("Top level", field_rows(RunConfig))]
+    hints = typing.get_type_hints(RunConfig)
+    for f in dataclasses.fields(RunConfig):
+        block = hints[f.name]
+        if dataclasses.is_dataclass(block):
+            out.append((f"`{f.name}:`", field_rows(block, f"{f.name}.")))
+    seen = set()
+    for name in method_names():
+        m = get_method(name)
+        cls, key = m.config, m.block or m.name
+        if cls is None or key is None or key in seen:
+            continue
+        seen.add(key)
+        out.append((f"`method.{key}:` ({name})", field_rows(cls, f"method.{key}.")))
+    return out
+
+
+def column_sections() -> list[tuple[str, list[dict[str, str]]]]:
+    """(table, rows) of every Parquet table's declared columns, with the schema's comments."""
+    from .results import schema
+
+    src = inspect.getsource(schema)
+    meaning = _comments(src)
+    out = []
+    for table, fields in (
+        ("runs", schema.RUN_COLUMNS),
+        ("rounds", list(schema.ROUNDS)),
+        ("client_events", list(schema.CLIENT_EVENTS)),
+        ("clients", list(schema.CLIENTS)),
+        ("trials", list(schema.TRIALS)),
+    ):
+        section = _section_source(src, table)
+        local = _comments(section) if section else {}
+        rows = [
+            {
+                "column": f.name,
+                "type": str(f.type),
+                "meaning": local.get(f.name) or meaning.get(f.name, ""),
+            }
+            for f in fields
+        ]
+        out.append((table, rows))
+    return out
+
+
+def _section_source(src: str, table: str) -> str:
+    """The schema module's source of one table's field list (a column's meaning is read there
+    first: ``seed`` means the same in every table, ``status`` does not)."""
+    marker = {
+        "runs": "RUN_COLUMNS = [",
+        "rounds": "ROUNDS = pa.schema(",
+        "client_events": "CLIENT_EVENTS = pa.schema(",
+        "clients": "CLIENTS = pa.schema(",
+        "trials": "TRIALS = pa.schema(",
+    }[table]
+    start = src.find(marker)
+    if start < 0:
+        return ""
+    end = src.find("\n]", start)
+    return textwrap.indent(src[start:end], "    ") if end > 0 else ""
+
+
+def render() -> str:
+    """The whole page."""
+    from .tuning.reference_text import SPEC_SECTIONS
+
+    parts = [
+        "# Reference: every field and every column",
+        "",
+        "Generated from the code by `python -m reuse_ray.reference > docs/reference.md` (a "
+        "test keeps it current). Types and defaults come from the config dataclasses, allowed "
+        "values from their validators, meanings from the comments beside each field; the "
+        "guide ([guide.md](guide.md)) says how they fit together.",
+        "",
+        "## Run config",
+        "",
+        "A run config (`reuse-ray run FILE`, a sweep's `base:` block, a study's workload) sets "
+        "any of these; `--set a.b=value` overrides one.",
+    ]
+    for title, rows in run_config_sections():
+        parts += ["", f"### {title}", "", _table(rows, FIELD_COLS)]
+    for title, intro, rows in SPEC_SECTIONS():
+        parts += ["", f"## {title}", "", intro, "", _table(rows, FIELD_COLS)]
+    parts += [
+        "",
+        "## Parquet columns",
+        "",
+        "Every results folder holds these tables, one file per run and table, hive-partitioned "
+        "by `method`. The `runs` table also has one `cfg.<field>` column per run-config field "
+        "above (lists as JSON text) and `config_json`, the whole config.",
+    ]
+    for table, rows in column_sections():
+        parts += ["", f"### `{table}`", "", _table(rows, ("column", "type", "meaning"))]
+    return "\n".join(parts) + "\n"
+
+
+def missing() -> list[str]:
+    """Every field or column the page would leave without a meaning."""
+    from .tuning.reference_text import SPEC_SECTIONS
+
+    out = [r["field"] for _, rows in run_config_sections() for r in rows if not r["meaning"]]
+    out += [r["field"] for _, _, rows in SPEC_SECTIONS() for r in rows if not r["meaning"]]
+    out += [f"{t}.{r['column']}" for t, rows in column_sections() for r in rows if not r["meaning"]]
+    return out
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.stdout.write(render())

@@ -1,0 +1,176 @@
+"""The sweep-file and study-file sections of ``docs/reference.md`` (:mod:`reuse_ray.reference`):
+the ``search:``, ``trial:`` and ``final:`` blocks from their dataclasses, the keys a parser
+reads from the file itself with their meaning here, beside the parser that reads them."""
+
+from __future__ import annotations
+
+from .spec import (
+    OBJECTIVES,
+    SCHEDULERS,
+    SEARCHERS,
+    TRIAL_BACKENDS,
+    FinalSpec,
+    SearchSpec,
+    TrialSpec,
+)
+from .study_spec import OBJECTIVES as STUDY_OBJECTIVES
+from .study_spec import TOP as STUDY_TOP
+
+
+def _codes(values) -> str:
+    return ", ".join(f"`{v}`" for v in values)
+
+
+def _row(field: str, type_: str, default: str, allowed: str, meaning: str) -> dict[str, str]:
+    return {
+        "field": field,
+        "type": type_,
+        "default": default,
+        "allowed": allowed,
+        "meaning": meaning,
+    }
+
+
+SWEEP_TOP = [
+    _row(
+        "name",
+        "str",
+        "required",
+        "letters, digits, `-`, `_`",
+        "the sweep's name: its Tune experiments, its trials table and its runs' `sweep` column",
+    ),
+    _row(
+        "base",
+        "run config",
+        "required",
+        "",
+        "the run config every trial starts from (every field of the run-config tables)",
+    ),
+    _row("search", "block", "", "", "what is searched and how (below)"),
+    _row("trial", "block", "", "", "what one trial reserves and runs on (below)"),
+    _row(
+        "final",
+        "block",
+        "null",
+        "",
+        "the final stage: the selected configurations and the references on fresh seeds "
+        "(below); none: search only",
+    ),
+    _row(
+        "checkpoint_every",
+        "int",
+        "`5`",
+        "≥ 0",
+        "rounds between a trial's checkpoints (0: none; an interrupted trial then restarts "
+        "from round 1)",
+    ),
+    _row(
+        "results_dir",
+        "str",
+        "`sweeps/<name>`",
+        "a path or a URI",
+        "where results go; a relative one is a folder of dated sweeps below the results root",
+    ),
+]
+
+FINAL_MEANING = {
+    "seeds": (
+        "fresh seeds, disjoint from the search's, on which the final stage reruns each "
+        "selected configuration"
+    ),
+    "top": "how many of the best search configurations the final stage reruns",
+    "compare": (
+        "unsearched references, each a mapping of dotted run-config fields (`seeds:` to "
+        "run on some final seeds only), labelled `compare-<j>`"
+    ),
+}
+
+STUDY_MEANING = {
+    "name": "the study's name: its sweeps are `<name>-<workload>`",
+    "kind": "`study`: this file is a study (else a sweep file)",
+    "workloads": "workload name -> a run config (its base); every arm runs on every workload",
+    "arms": (
+        "arm name -> `fixed:` (dotted run-config fields the arm fixes) and `space:` (a "
+        "registered space of its own knobs)"
+    ),
+    "budget": (
+        "`trials_per_arm` (at most this many configurations per arm), `client_rounds` "
+        "(per arm: one number or one per workload; selected clients × rounds trained; 0 ="
+        " trials_per_arm full runs), `seed` (the sampler's)"
+    ),
+    "search": (
+        "`scheduler` (none, asha, hyperband: one per arm, and per arm and uplink level "
+        "when `uplink_levels` are set), `grace_period`, `reduction_factor`, `reeval_top`,"
+        " `reeval_seeds` (robust selection)"
+    ),
+    "shared": (
+        "dotted field -> [low, high, log]: knobs every arm searches over one range "
+        "(default: `train.lr` over [0.01, 0.2, log])"
+    ),
+    "topk_range": "[low, high, log]: the Top-K ratio r's range wherever an arm's method sparsifies",
+    "objectives": f"selections per arm, first `val_acc`: {_codes(STUDY_OBJECTIVES)}",
+    "uplink_levels": (
+        "increasing fractions in (0, 1) of the reference arm's tuned cumulative "
+        "restricted uplink: per arm and level, the most accurate configuration within it "
+        "(`ARM@up10` labels; `unable` where none is)"
+    ),
+    "target_of_reference": (
+        "bytes to target: this fraction of the reference arm's mean final-stage "
+        "validation accuracy (0: none)"
+    ),
+    "retention": (
+        "the retention rule's bar: keep ≥ this share of the reference arm's best "
+        "validation accuracy"
+    ),
+    "retention_reference": (
+        "the reference arm (of the retention rule, the uplink levels and the target)"
+    ),
+    "final": (
+        "`seeds:` fresh seeds on which every chosen configuration reruns, reading the "
+        "test split once"
+    ),
+    "compare_to": "arms the leaderboard's paired differences are taken against",
+    "targets": "workload -> a validation accuracy for bytes to target, fixed in advance",
+    "trial": "what one trial reserves (the sweep file's `trial:` block)",
+    "checkpoint_every": "rounds between a trial's checkpoints",
+    "results_dir": (
+        "where results go; a relative one is a folder of dated studies below the results root"
+    ),
+    "scales": "scale name -> dotted overrides of this file (`--scale NAME`), e.g. a smoke test",
+}
+
+ALLOWED = {
+    "search.searcher": _codes(SEARCHERS),
+    "search.objective": _codes(OBJECTIVES),
+    "search.scheduler": _codes(SCHEDULERS),
+    "trial.backend": _codes(TRIAL_BACKENDS),
+}
+
+
+def SPEC_SECTIONS() -> list[tuple[str, str, list[dict[str, str]]]]:  # noqa: N802 - a table
+    from ..reference import field_rows
+
+    def blocks(cls, prefix):
+        rows = field_rows(cls, prefix)
+        for r in rows:
+            r["allowed"] = r["allowed"] or ALLOWED.get(r["field"], "")
+        return rows
+
+    final = blocks(FinalSpec, "final.")
+    for r in final:
+        r["meaning"] = r["meaning"] or FINAL_MEANING.get(r["field"].split(".")[-1], "")
+    study = [_row(key, "", "", "", STUDY_MEANING.get(key, "")) for key in STUDY_TOP]
+    return [
+        (
+            "Sweep file",
+            "`reuse-ray sweep FILE`: a validation-only search over a base run config, then the "
+            "final stage. Top-level keys, then the `search:`, `trial:` and `final:` blocks.",
+            SWEEP_TOP + blocks(SearchSpec, "search.") + blocks(TrialSpec, "trial.") + final,
+        ),
+        (
+            "Study file",
+            "`kind: study`: every arm tuned on the same validation budget on every workload, "
+            "selected, and rerun on fresh seeds (`reuse-ray sweep FILE`, `--scale NAME`).",
+            study,
+        ),
+    ]
