@@ -55,3 +55,15 @@ def _positive(path: str, value: Any, integer: bool = False, zero: bool = False) 
 
 
 __all__ = ["_checkpoint_every", "_choice", "_deep_copy", "_positive", "_seed", "_take"]
+
+
+def check_budget(field: str, client_rounds: int, cfg) -> None:
+    """A client-round budget buys at least one round of the search's clients (or is 0: none);
+    a smaller one would end every trial before its first report."""
+    per = cfg.fl.clients_per_round
+    if 0 < client_rounds < per:
+        raise ConfigError(
+            field,
+            f"{client_rounds} client-rounds buy less than one round of a trial's "
+            f"{per} clients (fl.clients_per_round); allowed: 0 (no budget) or at least {per}",
+        )

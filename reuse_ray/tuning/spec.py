@@ -58,7 +58,15 @@ from ..config import ConfigError, RunConfig
 from ..configio import apply_overrides, from_dict, set_dotted
 from ..results.storage import anchored
 from ..yamlio import load_yaml_mapping
-from .fields import _checkpoint_every, _choice, _deep_copy, _positive, _seed, _take
+from .fields import (
+    _checkpoint_every,
+    _choice,
+    _deep_copy,
+    _positive,
+    _seed,
+    _take,
+    check_budget,
+)
 
 SEARCHERS = ("tpe", "nsga2", "random", "grid", "none")
 SCHEDULERS = ("none", "asha", "hyperband")
@@ -362,18 +370,6 @@ def _compare_entry(j: int, entry: dict[str, Any], seeds) -> dict[str, Any]:
         only = [int(v) for v in only]
     fields = {k: v for k, v in entry.items() if k not in ("label", "seeds")}
     return dict(fields, label=label, **({"seeds": only} if only is not None else {}))
-
-
-def check_budget(field: str, client_rounds: int, cfg: RunConfig) -> None:
-    """A client-round budget buys at least one round of the search's clients (or is 0: none);
-    a smaller one would end every trial before its first report."""
-    per = cfg.fl.clients_per_round
-    if 0 < client_rounds < per:
-        raise ConfigError(
-            field,
-            f"{client_rounds} client-rounds buy less than one round of a trial's "
-            f"{per} clients (fl.clients_per_round); allowed: 0 (no budget) or at least {per}",
-        )
 
 
 def _check_reeval(search: SearchSpec) -> SearchSpec:

@@ -15,7 +15,7 @@ from ..config import ConfigError
 from ..configio import apply_overrides
 from ..results.storage import anchored
 from ..yamlio import load_yaml_mapping
-from .fields import _deep_copy
+from .fields import _deep_copy, check_budget
 from .spec import (
     SearchSpec,
     SweepSpec,
@@ -28,7 +28,6 @@ from .spec import (
     _seed,
     _take,
     _validate,
-    check_budget,
     parse_trial,
 )
 
