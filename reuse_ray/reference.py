@@ -169,6 +169,8 @@ def run_config_sections() -> list[tuple[str, list[dict[str, str]]]]:
     seen = set()
     for name in method_names():
         m = get_method(name)
+        if not m.module.startswith("reuse_ray."):
+            continue  # a user's method (method.module) is not the package's to document
         cls, key = m.config, m.block or m.name
         if cls is None or key is None or key in seen:
             continue
