@@ -324,6 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     debug = args.debug or os.environ.get("REUSE_RAY_DEBUG", "") not in ("", "0")
     before = _terminate_like_ctrl_c()
     try:
+        _check_working_directory()
         if getattr(args, "mlflow", None):  # a bad tracking URI fails before any work
             from .results.tracking import check_tracking_uri
 
@@ -350,6 +351,21 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if before is not _OFF_MAIN_THREAD:  # a handler not set from Python was the default
             signal.signal(signal.SIGTERM, signal.SIG_DFL if before is None else before)
+
+
+def _check_working_directory() -> None:
+    """A process whose working directory was removed under it (a job's unpacked working_dir
+    that another node's Ray agent cleaned away, on two simulated nodes sharing one temp dir)
+    fails later in ways that name nothing (a BLAS library that cannot load itself): say so
+    first."""
+    try:
+        os.getcwd()
+    except FileNotFoundError:
+        raise UserError(
+            "the working directory of this process no longer exists (removed while it "
+            "started) — start the command from an existing folder; under `ray job submit`, "
+            "submit again (give each simulated node its own --temp-dir)"
+        ) from None
 
 
 def _interrupted_line(args: argparse.Namespace, err: KeyboardInterrupt) -> str:

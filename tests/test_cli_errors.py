@@ -524,3 +524,40 @@ def test_the_leaderboard_takes_its_reference_from_the_command_line(done, capsys)
     assert main(["report", str(done), "--leaderboard", "--reference", "fedavg"]) == 0
     out = capsys.readouterr().out
     assert "Δ test acc vs fedavg" in out
+
+
+def test_a_removed_working_directory_is_named(tmp_path, capsys, monkeypatch):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert main(["fetch", "digits"]) == 2
+    err = capsys.readouterr().err
+    assert "the working directory of this process no longer exists" in err
+    assert "Traceback" not in err
+
+
+def test_a_trial_process_ending_as_asked_prints_nothing(capsys):
+    """Ray's SIGTERM handler raises SystemExit in an idle trial process at a stage's end; the
+    trial's unraisable hook drops it, and shows any other exception."""
+    import sys
+
+    from reuse_ray.tuning.trainable import quiet_shutdown
+
+    before = sys.unraisablehook
+    try:
+        quiet_shutdown()
+
+        class Ends:  # a finalizer that raises, as Ray's SIGTERM handler makes one do
+            def __init__(self, exc):
+                self.exc = exc
+
+            def __del__(self):
+                raise self.exc
+
+        Ends(SystemExit(1))  # collected at once: its exception cannot be raised anywhere
+        assert capsys.readouterr().err == ""
+        Ends(ValueError("shown"))
+        assert "ValueError: shown" in capsys.readouterr().err
+    finally:
+        sys.unraisablehook = before

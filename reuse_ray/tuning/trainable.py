@@ -10,6 +10,7 @@ or duplicating a row.
 from __future__ import annotations
 
 import math
+import sys
 import tempfile
 import threading
 from pathlib import Path
@@ -205,7 +206,7 @@ def trial_main(
 
         for name in ("ray.train", "ray.tune", "ray.air"):
             logging.getLogger(name).setLevel(logging.WARNING)
-
+    quiet_shutdown()
     _RUN_ENDED.clear()
     try:
         _trial(config, spec, stage, reference_val, verbose, mlflow)
@@ -218,6 +219,23 @@ def trial_main(
         tune.report(error_metrics(err, config.get("final", config).get("label")))
     finally:
         _RUN_ENDED.set()
+
+
+def _quiet_unraisable(unraisable) -> None:
+    """``sys.unraisablehook`` of a trial process: the ``SystemExit`` Ray's SIGTERM handler
+    raises when a stage's end or ``ray.shutdown`` ends an idle (reused) trial process lands
+    where Python cannot raise it (a finalizer) and was printed as ``Exception ignored …
+    SystemExit: 1``; it is the process ending as asked, so it is dropped. Anything else is
+    shown as Python shows it."""
+    if isinstance(unraisable.exc_value, SystemExit):
+        return
+    sys.__unraisablehook__(unraisable)
+
+
+def quiet_shutdown() -> None:
+    """Install :func:`_quiet_unraisable` in this process (once)."""
+    if sys.unraisablehook is not _quiet_unraisable:
+        sys.unraisablehook = _quiet_unraisable
 
 
 def error_metrics(err: BaseException, label: str | None) -> dict[str, Any]:
