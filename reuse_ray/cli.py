@@ -354,17 +354,16 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _check_working_directory() -> None:
-    """A process whose working directory was removed under it (a job's unpacked working_dir
-    that another node's Ray agent cleaned away, on two simulated nodes sharing one temp dir)
-    fails later in ways that name nothing (a BLAS library that cannot load itself): say so
-    first."""
+    """A process whose working directory was removed under it fails later in ways that name
+    nothing (reports of oneMKL's "Cannot load libtorch_cpu.so" point there; under `ray job
+    submit` the directory is the job's unpacked working_dir): say so first."""
     try:
         os.getcwd()
     except FileNotFoundError:
         raise UserError(
             "the working directory of this process no longer exists (removed while it "
             "started) — start the command from an existing folder; under `ray job submit`, "
-            "submit again (give each simulated node its own --temp-dir)"
+            "submit the job again"
         ) from None
 
 
