@@ -202,7 +202,7 @@ def cmd_fetch(args: argparse.Namespace) -> int:
             f"fetch --image-size: only PathMNIST comes in several sizes; {args.dataset} has "
             "one — drop --image-size"
         )
-    root = fetch(args.dataset, args.root, args.image_size or 28)
+    root = fetch(args.dataset, args.root, args.image_size or 28, download=args.download)
     _print(f"{args.dataset} is in {root}")
     return 0
 
@@ -305,12 +305,18 @@ def build_parser() -> argparse.ArgumentParser:
     rp.set_defaults(func=cmd_report)
     f = sub.add_parser(
         "fetch",
-        help="say where a dataset's files are, or download them into the data root where "
-        "internet is available",
+        help="say where a dataset's files are (read whole), or with --download fetch them into "
+        "the data root where internet is available",
     )
     f.add_argument("dataset")
     f.add_argument("--root", default=None)
     f.add_argument("--image-size", type=int, default=None, help="PathMNIST only: 28, 64, 128, 224")
+    f.add_argument(
+        "--download",
+        action="store_true",
+        help="download missing files into the data root (needs internet); without it nothing "
+        "is fetched or created",
+    )
     f.set_defaults(func=cmd_fetch)
     for parser in (r, sw, rp, f):  # --debug after the subcommand too (reuse-ray run … --debug)
         parser.add_argument(

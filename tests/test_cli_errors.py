@@ -143,7 +143,7 @@ REPORTED = [  # the inputs of the issue
     ),
     (
         "fetch-root-proc",
-        lambda tmp: ["fetch", "mnist", "--root", "/proc/x"],
+        lambda tmp: ["fetch", "mnist", "--root", "/proc/x", "--download"],
         "fetch --root: cannot create",
     ),
     ("cuda-no-gpu", run_set("engine.device=cuda"), "engine.device: cuda"),
@@ -446,10 +446,41 @@ def test_fetch_without_network_names_the_download_not_fetch(tmp_path, capsys, mo
         raise RuntimeError("<urlopen error [Errno -3] Temporary failure in name resolution>")
 
     monkeypatch.setattr(tvd, "MNIST", offline)
-    assert main(["fetch", "mnist", "--root", str(tmp_path / "data")]) == 2
+    assert main(["fetch", "mnist", "--root", str(tmp_path / "data"), "--download"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("reuse-ray: downloading dataset 'mnist'") and "\n" not in err
     assert "reuse-ray fetch" not in err  # no hint to run the command that just failed
+
+
+@pytest.mark.parametrize(
+    "dataset", ["mnist", "emnist_balanced", "cifar10", "cifar100", "pathmnist"]
+)
+def test_fetch_without_download_touches_nothing_and_names_the_files(
+    dataset, tmp_path, capsys, monkeypatch
+):
+    """Without --download, fetch reaches for no network and makes no folder: it says which
+    files to put where."""
+    import socket
+
+    def no_network(*a, **k):
+        raise AssertionError("fetch reached for the network unasked")
+
+    monkeypatch.setattr(socket, "create_connection", no_network)
+    monkeypatch.setattr(socket.socket, "connect", no_network)
+    root = tmp_path / "data"
+    assert main(["fetch", dataset, "--root", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and f"{dataset} is not on this machine" in err
+    assert f"reuse-ray fetch {dataset} --download" in err
+    expected = {
+        "mnist": "train-images-idx3-ubyte",
+        "emnist_balanced": "emnist-balanced-train-images-idx3-ubyte",
+        "cifar10": "cifar-10-batches-py/ holding data_batch_1",
+        "cifar100": "cifar-100-python/ holding train, test and meta",
+        "pathmnist": "pathmnist.npz",
+    }[dataset]
+    assert expected in err
+    assert not root.exists()  # nothing created
 
 
 def test_python_dash_m_is_the_cli():

@@ -1,5 +1,5 @@
-"""``reuse-ray fetch``: where a dataset's files are, or a download into the data root where
-internet is available (guide: Data)."""
+"""``reuse-ray fetch``: where a dataset's files are (read whole, as a run reads them), or with
+``--download`` a download into the data root where internet is available (guide: Data)."""
 
 from __future__ import annotations
 
@@ -32,10 +32,38 @@ def _check_folder(root: Path) -> None:
             return
 
 
-def fetch(name: str, root: str | None, image_size: int = 28) -> Path:
-    """Download a dataset's files into the data root (needs internet) and return the folder that
-    holds them; a dataset already on this machine (the data root, or for Fashion-MNIST Debian's
-    ``dataset-fashion-mnist``) is only located."""
+# where the files of the datasets read through torchvision or medmnist must lie, below the
+# data root (what a user without internet copies there)
+LAYOUTS = {
+    "cifar10": "cifar-10-batches-py/ holding data_batch_1 … data_batch_5, test_batch and "
+    "batches.meta (the python version of the CIFAR-10 archive, cifar-10-python.tar.gz, unpacked)",
+    "cifar100": "cifar-100-python/ holding train, test and meta (the python version of the "
+    "CIFAR-100 archive, cifar-100-python.tar.gz, unpacked)",
+    "pathmnist": "pathmnist.npz (28×28) or pathmnist_{size}.npz (64, 128, 224): MedMNIST v2's "
+    "file, as medmnist downloads it",
+}
+
+
+def _present(name: str, r: Path, image_size: int) -> bool:
+    """Whether the torchvision/medmnist dataset's files lie in the data root (read as a run
+    reads them)."""
+    try:
+        if name in _TV_INFO:
+            _tv_arrays(name, r, True, False)
+            _tv_arrays(name, r, False, False)
+        else:
+            for split in ("train", "val", "test"):
+                _medmnist_arrays(r, split, image_size, False)
+    except DatasetUnavailableError:
+        return False
+    return True
+
+
+def fetch(name: str, root: str | None, image_size: int = 28, download: bool = False) -> Path:
+    """The folder that holds a dataset's files, read as a run will read them; with
+    ``download`` (needs internet) missing files are downloaded into the data root first.
+    Without it nothing is created or fetched: a dataset not on this machine is one error that
+    names its files, their layout and where they can come from."""
     if name in ("digits", "synthetic"):
         return default_root(root, "fetch --root")  # embedded or generated: nothing to download
     if name not in FETCHABLE:
@@ -51,7 +79,19 @@ def fetch(name: str, root: str | None, image_size: int = 28) -> Path:
         if found is not None:  # already here (the data root, or a system package's copy),
             idx.verify(spec, found)  # and whole: read as a run will read it
             return found
+    elif r.is_dir() and _present(name, r, image_size):
+        return r
     _check_folder(r)
+    if not download:
+        where = (
+            idx.where_to_get(idx.IDX_DATASETS[name], r)
+            if name in idx.IDX_DATASETS
+            else f"copy {LAYOUTS[name]} into {r} (or give its folder with --root / data.root)"
+        )
+        raise DatasetUnavailableError(
+            f"{name} is not on this machine (looked in {r}): {where}; or, where internet is "
+            f"available, `reuse-ray fetch {name} --download` puts it there"
+        )
     try:
         r.mkdir(parents=True, exist_ok=True)
     except OSError as err:
