@@ -53,7 +53,7 @@ def test_the_loop_declares_what_it_asks_of_a_backend():
 
     for p in sorted((ROOT / "reuse_ray" / "engine").glob("*.py")):
         assert "getattr(backend" not in p.read_text(), p
-    tree = ast.parse((ROOT / "reuse_ray" / "engine" / "loop.py").read_text())
+    tree = ast.parse((ROOT / "reuse_ray" / "engine" / "run.py").read_text())
     (run_fl,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run_fl"]
     assert run_fl.end_lineno - run_fl.lineno + 1 <= 60
 

@@ -19,11 +19,12 @@ _WHERE = {
     "RoundReport": "records",
     "RunSetup": "records",
     "make_setup": "setup",
-    "RunHooks": "loop",
-    "RunSummary": "loop",
+    "Run": "run",
+    "RunHooks": "run",
+    "RunSummary": "run",
     "make_backend": "loop",
     "prepare_data": "loop",
-    "run_fl": "loop",
+    "run_fl": "run",
 }
 
 
@@ -43,6 +44,7 @@ __all__ = [
     "ClientWorker",
     "LocalBackend",
     "RoundReport",
+    "Run",
     "RunHooks",
     "RunSetup",
     "RunSummary",
