@@ -147,8 +147,9 @@ def child_engine(model: str, rounds: int, samples: int, arm: str) -> dict:
 
     from reuse_ray.config import RunConfig
     from reuse_ray.configio import from_dict
-    from reuse_ray.engine import RunHooks, make_backend, run_fl
+    from reuse_ray.engine import RunHooks
     from reuse_ray.engine.observers import OnRound
+    from reuse_ray.runner import make_backend, run_fl
 
     stamps: dict = {"ends": []}
     backend = "ray" if arm.startswith("ray") else "local"

@@ -67,7 +67,7 @@ def fractional_check(rounds: int, device: str) -> None:
     from reuse_ray.config import RunConfig
     from reuse_ray.configio import from_dict, load_config_dict
     from reuse_ray.distributed import RayBackend
-    from reuse_ray.engine import run_fl
+    from reuse_ray.runner import run_fl
 
     base = load_config_dict("configs/dg_paper.yaml")
     base.update(
@@ -116,8 +116,8 @@ def vectorize_check(rounds: int, per_round: int, group: int, device: str) -> Non
 
     from reuse_ray.config import RunConfig
     from reuse_ray.configio import from_dict
-    from reuse_ray.engine import run_fl
     from reuse_ray.results import read_table
+    from reuse_ray.runner import run_fl
 
     out = {}
     for vec in (False, True):
@@ -160,8 +160,8 @@ def amp_check(rounds: int) -> None:
     on with channels-last convolutions."""
     from reuse_ray.config import RunConfig
     from reuse_ray.configio import from_dict, load_config_dict
-    from reuse_ray.engine import run_fl
     from reuse_ray.results import read_table
+    from reuse_ray.runner import run_fl
 
     print(f"torch {torch.__version__}, {torch.cuda.get_device_name(0)}")
     rows = {}

@@ -134,8 +134,9 @@ def child(args: argparse.Namespace) -> dict:
     from reuse_ray.config import RunConfig
     from reuse_ray.configio import from_dict
     from reuse_ray.distributed.backend import loopback_only
-    from reuse_ray.engine import RunHooks, run_fl
+    from reuse_ray.engine import RunHooks
     from reuse_ray.results import read_table
+    from reuse_ray.runner import run_fl
 
     init: dict = {
         "address": "local",

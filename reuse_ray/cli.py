@@ -37,8 +37,8 @@ def _run_overrides(args: argparse.Namespace) -> list[str]:
 
 def cmd_run(args: argparse.Namespace) -> int:
     from .configio import load_run_config
-    from .engine import run_fl
     from .results.storage import anchored, display
+    from .runner import run_fl
 
     cfg = load_run_config(args.config, _run_overrides(args))
     cfg = cfg.replace(results_dir=anchored(cfg.results_dir)[0])

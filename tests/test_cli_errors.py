@@ -428,12 +428,12 @@ def test_debug_shows_the_traceback(tmp_path, capsys, monkeypatch):
 
 
 def test_a_bug_keeps_its_traceback_and_says_so(tmp_path, capsys, monkeypatch):
-    import reuse_ray.engine as engine
+    import reuse_ray.runner as runner
 
     def boom(*a, **k):
         raise ZeroDivisionError("boom")
 
-    monkeypatch.setattr(engine, "run_fl", boom)
+    monkeypatch.setattr(runner, "run_fl", boom)
     assert main(run_cfg()(tmp_path)) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "this is a bug" in err

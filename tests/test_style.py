@@ -75,3 +75,15 @@ def test_the_readme_is_a_guide_of_at_most_350_lines():
         assert (ROOT / link).is_file(), link
     for page in ("docs/performance.md", "docs/design.md", "docs/methods.md", "docs/guide.md"):
         assert page in text
+
+
+def test_the_engine_imports_nothing_from_the_distributed_layer():
+    """The engine runs on any backend it is handed; the Ray backend lives above it
+    (reuse_ray.runner makes the one a config names)."""
+    import re
+
+    for p in sorted((ROOT / "reuse_ray" / "engine").glob("*.py")):
+        text = p.read_text()
+        assert not re.search(
+            r"from \.\.distributed|import reuse_ray\.distributed|\bimport ray\b", text
+        ), p

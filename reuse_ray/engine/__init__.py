@@ -22,7 +22,6 @@ _WHERE = {
     "Run": "run",
     "RunHooks": "run",
     "RunSummary": "run",
-    "make_backend": "loop",
     "prepare_data": "loop",
     "run_fl": "run",
 }
@@ -49,7 +48,6 @@ __all__ = [
     "RunSetup",
     "RunSummary",
     "ServerCore",
-    "make_backend",
     "make_setup",
     "play_round",
     "prepare_data",

@@ -19,7 +19,7 @@ from .records import RoundReport, RunFacts, RunSetup
 
 
 class Backend(Protocol):
-    """Everything :func:`~reuse_ray.engine.loop.run_fl` asks of a backend, in the order it asks.
+    """Everything :class:`~reuse_ray.engine.run.Run` asks of a backend, in the order it asks.
 
     Before the run: ``prepare`` (start workers while the data loads), ``load_data`` (the
     dataset, wherever the backend keeps it), ``load_checkpoint`` (a resumed run's file),

@@ -1,6 +1,6 @@
 """What a run (:mod:`~reuse_ray.engine.run`) is made of, beside its life: the results writer it
-opens, its first runs row, the observers its hooks name, the client partition, and the backend
-a caller gets by default (design: Runs).
+opens, its first runs row, the observers its hooks name and the client partition (design:
+Runs).
 """
 
 from __future__ import annotations
@@ -50,17 +50,6 @@ def observers_of(hooks, progress: Progress | None) -> list[Observer]:
     if hooks.mlflow:
         out.append(Mlflow(hooks.mlflow))
     return out + list(hooks.observers)
-
-
-def make_backend(cfg: RunConfig) -> Backend:
-    """The backend named by ``cfg.engine.backend``; Ray is imported only when asked for."""
-    if cfg.engine.backend == "local":
-        from .local import LocalBackend
-
-        return LocalBackend("cuda" if cfg.engine.device == "cuda" else "cpu")
-    from ..distributed import RayBackend
-
-    return RayBackend(cfg)
 
 
 def partition_clients(cfg: RunConfig, data: FederatedData) -> list[np.ndarray]:

@@ -30,7 +30,7 @@ from ..machine import check_environment
 from ..results.storage import anchored
 from .backend import Backend
 from .driver import Played, RoundDriver
-from .loop import make_backend, observers_of, open_writer, partition_clients, run_row
+from .loop import observers_of, open_writer, partition_clients, run_row
 from .observers import Observer, Progress, RoundDone, RunEnded, RunStarted, StopRun
 from .recorder import Recorder, RunCheckpoint
 
@@ -327,18 +327,19 @@ class Run:
 
 def run_fl(
     cfg: RunConfig,
-    backend: Backend | None = None,
+    backend: Backend,
     progress: Progress | None = None,
     data: FederatedData | None = None,
     hooks: RunHooks | None = None,
     force: bool = False,
 ) -> RunSummary:
-    """Run one FL run to round T and write its Parquet rows; returns the ``runs`` row.
+    """Run one FL run to round T on ``backend`` and write its Parquet rows; returns the
+    ``runs`` row (:func:`reuse_ray.runner.run_fl` picks the backend the config names).
 
     A complete result (finished or diverged) of the same run id in ``results_dir`` is never
     destroyed: without ``force`` (or ``hooks.force``) the run refuses to start; with it, the new
     attempt's rows replace the old ones only when it finishes."""
-    run = Run(cfg, backend or make_backend(cfg), data, hooks, force, progress)
+    run = Run(cfg, backend, data, hooks, force, progress)
     try:
         while run.step() is not None:
             pass

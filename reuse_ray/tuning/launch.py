@@ -162,9 +162,10 @@ def recompute_missing(spec: SweepSpec, stage: str, results, say) -> int:
     results (its files were set aside as damaged) is recomputed here, in the driver, with the
     trial's own hooks — to the round a scheduler stopped it at, if it did — so the stage's
     tables are whole again. Returns how many runs were recomputed."""
-    from ..engine import RunHooks, run_fl
+    from ..engine import RunHooks
     from ..engine.observers import StopAfter
     from ..results.writer import RunWriter
+    from ..runner import run_fl
     from .trainable import trial_backend
 
     done = 0

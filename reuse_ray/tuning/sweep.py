@@ -112,7 +112,8 @@ def _reference_val(spec: SweepSpec, say) -> float | None:
     """The retention objective's reference: validation accuracy of the reference run."""
     if spec.search.objective != "retention":
         return None
-    from ..engine import RunHooks, run_fl
+    from ..engine import RunHooks
+    from ..runner import run_fl
     from .trainable import trial_backend
 
     # the trials' engine settings (device, vectorize, channels_last, workers), so the bar is

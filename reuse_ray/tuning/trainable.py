@@ -16,10 +16,11 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from ..engine import RunHooks, make_backend, run_fl
+from ..engine import RunHooks
 from ..engine.observers import Observer, RoundDone, StopRun
 from ..errors import UserError
 from ..results.writer import RunWriter
+from ..runner import make_backend, run_fl
 from .spec import SweepSpec
 
 STATE_FILE = "run_state.pt"  # reuse_ray.checkpoint: data only, never unpickled as code

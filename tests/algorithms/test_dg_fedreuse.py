@@ -22,8 +22,8 @@ from reuse_ray.algorithms.dg_fedreuse import (
 )
 from reuse_ray.algorithms.uplink import TopK
 from reuse_ray.codecs import SparseUpdate, pack, restricted_update_bytes, topk_sparsify
-from reuse_ray.engine import run_fl
 from reuse_ray.results import read_table
+from reuse_ray.runner import run_fl
 from reuse_ray.state import StateLayout
 
 PAPER = DGConfig()

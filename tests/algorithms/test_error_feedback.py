@@ -8,8 +8,8 @@ import torch
 from conftest import make_layout, small_config
 
 from reuse_ray.codecs import error_feedback_step, topk_sparsify
-from reuse_ray.engine import run_fl
 from reuse_ray.results import read_table
+from reuse_ray.runner import run_fl
 
 
 def test_compressed_plus_new_error_equals_update_plus_old_error_exactly():

@@ -15,11 +15,11 @@ from reuse_ray.algorithms import MethodEnv, build_method
 from reuse_ray.algorithms.fedsteer import remap_coords
 from reuse_ray.config import RunConfig
 from reuse_ray.configio import from_dict
-from reuse_ray.engine import run_fl
 from reuse_ray.engine.local import LocalPool, LocalServer
 from reuse_ray.engine.records import ClientOutcome, RunSetup
 from reuse_ray.engine.round import play_round
 from reuse_ray.results import read_table
+from reuse_ray.runner import run_fl
 from reuse_ray.training import LocalResult
 
 

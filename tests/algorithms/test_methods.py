@@ -37,7 +37,6 @@ from reuse_ray.algorithms.uplink import TopK
 from reuse_ray.codecs import SparseUpdate, decode_laq, encode_laq, laq_payload_bytes
 from reuse_ray.config import ConfigError, RunConfig
 from reuse_ray.configio import from_dict
-from reuse_ray.engine import run_fl
 from reuse_ray.participation import (
     bernoulli_selection,
     group_probs,
@@ -46,6 +45,7 @@ from reuse_ray.participation import (
     two_group_probs,
 )
 from reuse_ray.results import read_table
+from reuse_ray.runner import run_fl
 
 
 def _fresh(i: int, vec, n: int = 1):

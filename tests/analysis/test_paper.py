@@ -26,7 +26,8 @@ ARMS = [  # (overrides, seeds): the protocol's three arms and its two controls, 
 
 @pytest.fixture(scope="module")
 def protocol(tmp_path_factory):
-    from reuse_ray.engine import RunHooks, run_fl
+    from reuse_ray.engine import RunHooks
+    from reuse_ray.runner import run_fl
 
     tmp = tmp_path_factory.mktemp("protocol")
     for overrides, seeds in ARMS:

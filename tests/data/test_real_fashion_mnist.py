@@ -53,8 +53,8 @@ def test_the_validation_carve_out_is_disjoint_from_training(real, tmp_path):
 def test_a_two_round_run_on_real_images(real, tmp_path):
     """The paper's shallow CNN on 2 of 50 Dirichlet clients a round for 2 rounds: it learns
     (chance is 0.10) and the test split is read once, at round 2."""
-    from reuse_ray.engine import run_fl
     from reuse_ray.results import read_table
+    from reuse_ray.runner import run_fl
 
     cfg = small_config(
         tmp_path,

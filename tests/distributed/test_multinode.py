@@ -17,9 +17,9 @@ from conftest import ray_temp_dir, small_config, stop_ray_under
 from ray.cluster_utils import Cluster
 
 from reuse_ray.distributed import RayBackend
-from reuse_ray.engine import run_fl
 from reuse_ray.results import TIMING_COLUMNS, read_table
 from reuse_ray.results.reader import read_table_if_any
+from reuse_ray.runner import run_fl
 from reuse_ray.tuning import parse_sweep, run_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]

@@ -16,8 +16,9 @@ from conftest import small_config, write_pathmnist
 from reuse_ray.config import DataConfig, EngineConfig
 from reuse_ray.data import DatasetUnavailableError, load_dataset
 from reuse_ray.distributed import RayBackend, pool_size_from_resources
-from reuse_ray.engine import ClientError, run_fl
+from reuse_ray.engine import ClientError
 from reuse_ray.results import TIMING_COLUMNS, read_table
+from reuse_ray.runner import run_fl
 
 pytestmark = pytest.mark.ray
 
@@ -538,7 +539,8 @@ DRIVER_WITHOUT_TORCH = """
 import sys
 from reuse_ray.config import RunConfig
 from reuse_ray.configio import from_dict
-from reuse_ray.engine import RunHooks, run_fl
+from reuse_ray.engine import RunHooks
+from reuse_ray.runner import run_fl
 from reuse_ray.engine.observers import SaveCheckpoints
 
 base = {"seed": 7, "data": {"name": "digits"}, "model": {"name": "cnn", "hidden": 32},

@@ -14,10 +14,11 @@ from conftest import small_config
 from reuse_ray.cli import main
 from reuse_ray.config import DataConfig, FLConfig, MethodConfig, ModelConfig
 from reuse_ray.data import load_dataset
-from reuse_ray.engine import ClientError, LocalBackend, run_fl
+from reuse_ray.engine import ClientError, LocalBackend
 from reuse_ray.engine.observers import OnRound, SaveCheckpoints
 from reuse_ray.engine.records import combine_batches
 from reuse_ray.results import RUN_TABLES, TIMING_COLUMNS, ResultsError, read_table
+from reuse_ray.runner import run_fl
 
 
 def _tables(results_dir):

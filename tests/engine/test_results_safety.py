@@ -9,9 +9,10 @@ import pytest
 from conftest import crash_at, small_config
 
 from reuse_ray.checkpoint import CheckpointError
-from reuse_ray.engine import RunHooks, run_fl
+from reuse_ray.engine import RunHooks
 from reuse_ray.errors import UserError
 from reuse_ray.results import read_table
+from reuse_ray.runner import run_fl
 
 
 def _tables(root):

@@ -13,12 +13,13 @@ from conftest import small_config
 
 from reuse_ray.config import DataConfig, EngineConfig
 from reuse_ray.data import load_dataset
-from reuse_ray.engine import ClientError, run_fl
+from reuse_ray.engine import ClientError
 from reuse_ray.engine.round import vector_groups
 from reuse_ray.engine.worker import ClientWorker
 from reuse_ray.errors import UserError
 from reuse_ray.models import init_model
 from reuse_ray.results import read_table
+from reuse_ray.runner import run_fl
 from reuse_ray.state import StateLayout
 from reuse_ray.training import local_update
 from reuse_ray.vectorized import TrainRequest, local_update_many

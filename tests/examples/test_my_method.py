@@ -9,8 +9,8 @@ import pytest
 from golden.cases import digest
 
 from reuse_ray.configio import load_run_config
-from reuse_ray.engine import run_fl
 from reuse_ray.results import read_table
+from reuse_ray.runner import run_fl
 
 OVERRIDES = ["fl.rounds=3", "fl.eval_every=3", "train.epochs=1", "model.hidden=16"]
 

@@ -198,7 +198,7 @@ def digest(results_dir: str | Path) -> str:
 
 
 def run_case(name: str, results_dir: Path, backend: str = "local") -> str:
-    from reuse_ray.engine import run_fl
+    from reuse_ray.runner import run_fl
 
     summary = run_fl(case_config(name, results_dir, backend))
     assert summary.status == "finished", (name, summary.row["error"])

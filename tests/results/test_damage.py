@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from conftest import small_config
 
-from reuse_ray.engine import run_fl
 from reuse_ray.results import ResultsError, read_table
 from reuse_ray.results.damage import DAMAGED, find_damaged, set_aside
+from reuse_ray.runner import run_fl
 
 
 def _files(root):

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 from conftest import small_config
 
-from reuse_ray.engine import RunHooks, run_fl
+from reuse_ray.engine import RunHooks
+from reuse_ray.runner import run_fl
 
 mlflow = pytest.importorskip("mlflow", reason="mlflow-skinny is part of the test extra")
 

@@ -164,7 +164,7 @@ def test_a_quickstart_sweep_round_trips_through_s3(s3, tmp_path, monkeypatch):
 def test_aws_endpoint_url_reaches_the_same_bucket(s3, tmp_path, monkeypatch):
     from conftest import small_config
 
-    from reuse_ray.engine import run_fl
+    from reuse_ray.runner import run_fl
 
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://{s3}")
     cfg = small_config(tmp_path, fl__rounds=1).replace(results_dir="s3://bucket/plain")
@@ -176,8 +176,8 @@ def test_aws_endpoint_url_reaches_the_same_bucket(s3, tmp_path, monkeypatch):
 def test_unwritable_bucket_is_one_line(s3, tmp_path):
     from conftest import small_config
 
-    from reuse_ray.engine import run_fl
     from reuse_ray.errors import UserError
+    from reuse_ray.runner import run_fl
 
     cfg = small_config(tmp_path, fl__rounds=1).replace(
         results_dir=f"s3://no-such-bucket/x?endpoint_override={s3}&scheme=http"

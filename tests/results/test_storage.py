@@ -7,7 +7,6 @@ from pathlib import Path
 import pytest
 from conftest import crash_at, small_config
 
-from reuse_ray.engine import run_fl
 from reuse_ray.results import ResultsError, read_table
 from reuse_ray.results.reader import read_table_if_any
 from reuse_ray.results.storage import (
@@ -18,6 +17,7 @@ from reuse_ray.results.storage import (
     join,
     latest_dated,
 )
+from reuse_ray.runner import run_fl
 
 
 def test_join_keeps_a_uri_query_at_the_end():

@@ -8,7 +8,7 @@ from pathlib import Path
 from conftest import small_config
 from tensorboardX.proto import event_pb2
 
-from reuse_ray.engine import run_fl
+from reuse_ray.runner import run_fl
 
 
 def read_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:

@@ -11,8 +11,8 @@ import pytest
 import ray
 
 from reuse_ray.config import ConfigError
-from reuse_ray.engine import run_fl
 from reuse_ray.results import TIMING_COLUMNS, read_table
+from reuse_ray.runner import run_fl
 from reuse_ray.tuning import parse_sweep, run_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
