@@ -21,6 +21,7 @@ import pandas as pd
 
 from .load import Results, load
 from .stats import mean_sd
+from . import tables
 from .tables import at_round, budget_rounds, check_round
 
 # arm -> (restricted uplink saving, with a dense download per selected client, accuracy)
@@ -202,13 +203,8 @@ def attempts_table(res: Results) -> pd.DataFrame:
 
 
 def markdown(df: pd.DataFrame) -> str:
-    if not len(df):
-        return "(no rows)"
-    cols = list(df.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
-    for rec in df.astype(str).to_dict("records"):
-        lines.append("| " + " | ".join(rec[c] for c in cols) + " |")
-    return "\n".join(lines)
+    """The page's tables as :func:`analysis.tables.markdown` writes every table."""
+    return tables.markdown(df).rstrip("\n")
 
 
 def main(argv: list[str] | None = None) -> int:
