@@ -19,9 +19,9 @@ import sys
 import numpy as np
 import pandas as pd
 
+from . import tables
 from .load import Results, load
 from .stats import mean_sd
-from . import tables
 from .tables import at_round, budget_rounds, check_round
 
 # arm -> (restricted uplink saving, with a dense download per selected client, accuracy)
