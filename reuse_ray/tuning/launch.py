@@ -162,11 +162,10 @@ def recompute_missing(spec: SweepSpec, stage: str, results, say) -> int:
     results (its files were set aside as damaged) is recomputed here, in the driver, with the
     trial's own hooks — to the round a scheduler stopped it at, if it did — so the stage's
     tables are whole again. Returns how many runs were recomputed."""
-    from ..engine import RunHooks
     from ..engine.observers import StopAfter
     from ..results.writer import RunWriter
     from ..runner import run_fl
-    from .trainable import trial_backend
+    from .trainable import trial_backend, trial_hooks
 
     done = 0
     for result in results:
@@ -183,15 +182,8 @@ def recompute_missing(spec: SweepSpec, stage: str, results, say) -> int:
         trial_id = m.get("trial_id")
         stop = m["status"] == "running"  # its last report a round's: a scheduler stopped it
         say(f"  {stage}: recomputing {cfg.run_id} (trial {trial_id}), whose files were damaged")
-        hooks = RunHooks(
-            stage=stage,
-            evaluate_test=stage == "final",
-            sweep=spec.name,
-            trial_id=trial_id,
-            label=label,
-            force=True,
-            observers=(StopAfter(int(m["round"])),) if stop else (),
-        )
+        more = {"observers": (StopAfter(int(m["round"])),)} if stop else {}
+        hooks = trial_hooks(spec, stage, trial_id, label, **more)
         run_fl(cfg, backend=trial_backend(spec, cfg, trial_id or stage), hooks=hooks)
         done += 1
     return done

@@ -173,6 +173,21 @@ def trial_trainable(fn):
     return Trial
 
 
+def trial_hooks(spec: SweepSpec, stage: str, trial_id: str | None, label: str | None, **more):
+    """How one of the stage's runs is embedded: its stage, sweep, trial and label recorded,
+    the test split read only in the final stage, and a repeated identical trial recomputing
+    the same rows to replace them (``force``); ``more``: further RunHooks fields."""
+    return RunHooks(
+        stage=stage,
+        evaluate_test=stage == "final",
+        sweep=spec.name,
+        trial_id=trial_id,
+        label=label,
+        force=True,
+        **more,
+    )
+
+
 def trial_backend(spec: SweepSpec, cfg, name: str):
     """The backend of one of the sweep's runs, as its trials get it: on the Ray engine a pool
     of ``trial.workers`` workers sized from the trial's own bundles, its actors named
@@ -309,15 +324,13 @@ def _trial(
                 )
             )
             return
-    hooks = RunHooks(
-        stage=stage,
-        evaluate_test=stage == "final",
-        sweep=spec.name,
-        trial_id=trial_id,
-        label=label,
+    hooks = trial_hooks(
+        spec,
+        stage,
+        trial_id,
+        label,
         checkpoint_every=spec.checkpoint_every,
         resume=resume,
-        force=True,  # a repeated identical trial recomputes the same rows and replaces them
         mlflow=mlflow,
         observers=(TuneReporter(spec, cfg.run_id, reference_val, label),),
     )

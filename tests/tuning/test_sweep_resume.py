@@ -84,15 +84,7 @@ def sweep_file(tmp_path_factory) -> Path:
 def calm(sweep_file, tmp_path_factory) -> Path:
     """The sweep run once, undisturbed: what every interrupted and resumed one must equal."""
     out = tmp_path_factory.mktemp("calm") / "res"
-    ref = subprocess.run(
-        _cli("sweep", str(sweep_file), "--results", str(out)),
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    _stop_ray()
-    assert ref.returncode == 0, ref.stdout[-3000:] + ref.stderr[-3000:]
+    _sweep_to_the_end(sweep_file, out)
     return out
 
 
@@ -197,6 +189,20 @@ def _ctrl_c(
 INTERRUPTED_LINE = "interrupted — rerun with --resume to continue"
 
 
+def _sweep_to_the_end(sweep_file: Path, results: Path, *more: str) -> subprocess.CompletedProcess:
+    """The sweep (with ``more`` arguments, e.g. --resume) run to its end, successfully."""
+    done = subprocess.run(
+        _cli("sweep", str(sweep_file), "--results", str(results), *more),
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    _stop_ray()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return done
+
+
 def test_ctrl_c_in_either_stage_says_so_and_resume_matches_an_uninterrupted_sweep(
     tmp_path, sweep_file, calm
 ):
@@ -222,15 +228,7 @@ def test_ctrl_c_in_either_stage_says_so_and_resume_matches_an_uninterrupted_swee
     final = read_table(hit, "runs").query("stage == 'final'")
     assert final["status"].eq("interrupted").all() and final["test_acc"].isna().all()
     # --resume to the end: the same Parquet as the undisturbed sweep
-    done = subprocess.run(
-        _cli("sweep", str(sweep_file), "--results", str(hit), "--resume"),
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    _stop_ray()
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _sweep_to_the_end(sweep_file, hit, "--resume")
     _assert_same_as(calm, hit)
     assert (hit / "report" / "report.html").exists()
     resumed = read_table(hit, "runs").query("stage == 'final'").iloc[0]
@@ -282,15 +280,7 @@ def test_resume_sets_a_damaged_result_aside_and_recomputes_it(tmp_path, sweep_fi
     trials = next((hit / "trials").rglob("*.parquet"))
     for f in (bad, trials):
         f.write_bytes(f.read_bytes()[:100])
-    done = subprocess.run(
-        _cli("sweep", str(sweep_file), "--results", str(hit), "--resume"),
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    _stop_ray()
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _sweep_to_the_end(sweep_file, hit, "--resume")
     named = [ln for ln in done.stdout.splitlines() if ln.startswith("damaged result:")]
     assert len(named) == 2 and any(final["run_id"] in ln for ln in named)
     assert f"recomputing {final['run_id']}" in done.stdout
