@@ -31,7 +31,16 @@ def ray_runtime():
 
 
 # the runs columns that say where and when a run ran, not what it computed
-ENGINE_COLUMNS = {"backend", "wall_s", "started_at", "host", "ray_node", "cfg.results_dir"}
+ENGINE_COLUMNS = {
+    "backend",
+    "wall_s",
+    "started_at",
+    "attempt_wall_s",
+    "attempt_started_at",
+    "host",
+    "ray_node",
+    "cfg.results_dir",
+}
 
 
 def _computed(config_json: str) -> dict:
