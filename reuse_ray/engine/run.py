@@ -163,6 +163,13 @@ class Run:
             self.fail(err)
             raise
 
+    def stop(self) -> None:
+        """Its caller ends the run between rounds (a trial scheduler, a spent budget, a
+        pause): status ``stopped``, its rows so far a prefix of the full run's, the test split
+        not read; :meth:`finish` records it."""
+        if self.status == "running":
+            self.status = "stopped"
+
     def fail(self, err: BaseException) -> None:
         """Record why the run ends early (once: the first cause stays)."""
         if self.status not in ("running", "finished", "diverged"):

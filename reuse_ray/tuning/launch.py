@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import UserError
 from ..results.storage import Storage, join
 from .spec import SweepSpec
-from .trainable import trial_main, trial_trainable
+from .trainable import trainable_class
 
 
 def derive_concurrency(spec: SweepSpec, resources: dict[str, float]) -> int:
@@ -73,15 +73,13 @@ def launch(
     storage, fs = tune_storage(spec.results_dir)
     name = f"{spec.name}-{stage}"
     trainable = tune.with_resources(
-        trial_trainable(
-            tune.with_parameters(
-                trial_main,
-                spec=spec,
-                stage=stage,
-                reference_val=reference,
-                verbose=verbose,
-                mlflow=mlflow,
-            )
+        tune.with_parameters(
+            trainable_class(),
+            spec=spec,
+            stage=stage,
+            reference_val=reference,
+            verbose=verbose,
+            mlflow=mlflow,
         ),
         tune.PlacementGroupFactory(spec.trial.bundles()),
     )
@@ -126,7 +124,11 @@ def launch(
                     ConsoleReporter(say, stage, total or num_samples, _stopper(scheduler, stop)),
                     InterruptWatch(name),
                 ],
-                checkpoint_config=tune.CheckpointConfig(num_to_keep=2),
+                # a trial's step is one round: Tune saves its run's checkpoint every
+                # checkpoint_every rounds (and when a scheduler pauses it)
+                checkpoint_config=tune.CheckpointConfig(
+                    num_to_keep=2, checkpoint_frequency=int(spec.checkpoint_every)
+                ),
                 stop=stop,
             ),
         )

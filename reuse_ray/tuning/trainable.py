@@ -1,37 +1,28 @@
-"""The Tune function trainable: one trial is one FL run (issue: sweeps).
+"""The Tune trial: one trial is one FL run, a ``tune.Trainable`` that plays one round a step
+(issue: sweeps).
 
-Each round the trial reports validation metrics and cumulative bytes (never a test metric), and
-every ``checkpoint_every`` rounds it attaches a checkpoint holding the whole run state — the
+Each round the trial returns validation metrics and cumulative bytes (never a test metric), and
+every ``checkpoint_every`` rounds Tune saves the run's checkpoint, the whole run state — the
 server's global vector and algorithm state with its caches, the ledgers and the rows written so
-far — so a resumed trial continues bit-identically and rewrites its Parquet files without losing
-or duplicating a row.
+far — so a resumed (or paused and resumed) trial continues bit-identically and rewrites its
+Parquet files without losing or duplicating a row.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
-import tempfile
-import threading
 from pathlib import Path
 from typing import Any
 
 from ..engine import RunHooks
-from ..engine.observers import Observer, RoundDone, StopRun
 from ..errors import UserError
 from ..results.writer import RunWriter
-from ..runner import make_backend, run_fl
+from ..runner import make_backend
 from .spec import SweepSpec
 
 STATE_FILE = "run_state.pt"  # reuse_ray.checkpoint: data only, never unpickled as code
-
-# How long a trial process that Tune stops at a report waits for its run to record its end
-STOP_GRACE_S = 60.0
-# This trial process's run, as its trainable's cleanup must know it (design: Early-ending
-# searches): no run in progress (set), and a run waiting in ``tune.report`` (set)
-_RUN_ENDED = threading.Event()
-_RUN_ENDED.set()
-_AT_REPORT = threading.Event()
 
 
 def objective_value(
@@ -100,77 +91,187 @@ def last_evaluation_round(spec: SweepSpec, t: int) -> int:
     return max(1, t // fl.eval_every * fl.eval_every)
 
 
-class TuneReporter(Observer):
-    """Reports each round of a trial to Tune (validation metrics and bytes, never a test
-    metric), with the run's state as a Tune checkpoint on checkpoint rounds."""
+def _trainable_class():
+    """:class:`FLTrainable` is built on first use: ``ray.tune`` is imported by the trial's
+    process, not by every importer of this module."""
+    from ray import tune
 
-    def __init__(
-        self, spec: SweepSpec, run_id: str, reference_val: float | None, label: str | None
-    ):
-        self.spec, self.run_id, self.reference_val = spec, run_id, reference_val
-        self.label = label
-        self.rounds = spec.run_config().fl.rounds
+    class FLTrainable(tune.Trainable):
+        """One trial is one FL run (design: Early-ending searches). ``setup`` takes the trial's
+        config; each ``step`` plays one round and returns its validation metrics and bytes
+        (never a test metric), the last one the runs row's with ``done``;
+        ``save_checkpoint`` writes the run's latest checkpoint (the whole run state of its
+        newest checkpoint round, data only) and ``load_checkpoint`` hands it to the run, which
+        continues bit-identically from it; ``cleanup`` records a trial Tune stopped between
+        steps (a scheduler, a spent budget, a pause) as ``stopped`` with its rows so far, a
+        prefix of the full run's. Nothing waits and no thread is left: Tune stops a trial only
+        between steps."""
 
-    def on_round(self, rec: RoundDone) -> None:
-        from ray import tune
+        def setup(
+            self,
+            config: dict[str, Any],
+            spec: SweepSpec,
+            stage: str = "search",
+            reference_val: float | None = None,
+            verbose: int = 0,
+            mlflow: str | None = None,
+        ) -> None:
+            if verbose < 1:
+                import logging
 
-        if not rec.live or rec.round >= self.rounds:
-            return  # the last round is reported once, with the runs row, when the run ends
-        last = rec.last_val[0] if rec.last_val else None
-        metrics = trial_metrics(
-            self.spec, rec.row, last, self.reference_val, self.run_id, "running", self.label
+                for name in ("ray.train", "ray.tune", "ray.air"):
+                    logging.getLogger(name).setLevel(logging.WARNING)
+            quiet_shutdown()
+            self.spec, self.stage, self.reference_val = spec, stage, reference_val
+            self.verbose, self.mlflow = verbose, mlflow
+            self._configure(config)
+
+        def _configure(self, config: dict[str, Any]) -> None:
+            params = dict(config.get("final", config))
+            self.label = params.pop("label", None)
+            self.params = params
+            self.run = None  # made at the first step: a checkpoint may be loaded before it
+            self.resume: bytes | None = None
+            self.blob: bytes | None = None  # the run's newest checkpoint
+            self.ended = False
+
+        def reset_config(self, new_config: dict[str, Any]) -> bool:
+            """A reused trial process takes the next trial (``trial.reuse_actors``)."""
+            self.cleanup()
+            self._configure(new_config)
+            return True
+
+        def load_checkpoint(self, checkpoint_dir: str) -> None:
+            path = Path(checkpoint_dir) / STATE_FILE
+            self.resume = path.read_bytes() if path.is_file() else None
+
+        def save_checkpoint(self, checkpoint_dir: str) -> None:
+            if self.blob is not None:  # before the first checkpoint round: nothing to keep
+                (Path(checkpoint_dir) / STATE_FILE).write_bytes(self.blob)
+
+        def step(self) -> dict[str, Any]:
+            try:
+                if self.run is None:
+                    early = self._start()
+                    if early is not None:
+                        self.ended = True
+                        return dict(early, done=True)
+                return self._round()
+            except UserError as err:
+                # the trial's own configuration or data is wrong: a restart would fail the same
+                # way, so the trial ends here, once, with the error as its last result (Tune
+                # restarts only a trial whose process or node died)
+                self._end_run()
+                self.ended = True
+                return dict(error_metrics(err, self.label), done=True)
+
+        def _start(self) -> dict[str, Any] | None:
+            """The trial's run made; or the result of a trial that needs none: its arm's
+            client-round budget is spent, or this very run finished here before."""
+            spec, stage, label = self.spec, self.stage, self.label
+            cfg = spec.run_config(self.params)
+            self.cfg = cfg
+            if self.resume is None:
+                early = _without_a_run(spec, stage, cfg, label, self.reference_val)
+                if early is not None:
+                    return early
+            from ..engine.run import Run
+
+            hooks = trial_hooks(
+                spec,
+                stage,
+                self.trial_id,
+                label,
+                checkpoint_every=spec.checkpoint_every,
+                resume=self.resume,
+                mlflow=self.mlflow,
+            )
+            progress = (lambda m: print(m, flush=True)) if self.verbose >= 2 else None
+            backend = trial_backend(spec, cfg, self.trial_id or stage)
+            self.run = Run(cfg, backend, hooks=hooks, force=True, progress=progress)
+            return None
+
+        def _round(self) -> dict[str, Any]:
+            run, spec, rounds = self.run, self.spec, self.cfg.fl.rounds
+            rec = run.step()
+            if rec is not None and rec.checkpoint is not None:
+                self.blob = rec.checkpoint
+            if rec is not None and rec.round < rounds:
+                last = rec.last_val[0] if rec.last_val else None
+                return trial_metrics(
+                    spec, rec.row, last, self.reference_val, self.cfg.run_id, "running", self.label
+                )
+            if rec is not None:
+                run.step()  # after round T: the run records that it finished
+            summary = run.finish()
+            self.ended = True
+            row = summary.row
+            return dict(
+                trial_metrics(
+                    spec,
+                    row,
+                    row["final_val_acc"],
+                    self.reference_val,
+                    self.cfg.run_id,
+                    summary.status,
+                    self.label,
+                ),
+                done=True,
+            )
+
+        def _end_run(self) -> None:
+            if self.run is not None:
+                with contextlib.suppress(Exception):
+                    self.run.finish()
+
+        def cleanup(self) -> None:
+            """Tune stopped the trial between steps (or the experiment ended): a run still
+            going is recorded ``stopped`` with its rows so far."""
+            if self.run is not None and not self.ended:
+                self.run.stop()
+                self._end_run()
+            self.run, self.ended = None, True
+
+    return FLTrainable
+
+
+def trainable_class():
+    """The trial's :class:`tune.Trainable` subclass (module docstring)."""
+    global _TRAINABLE
+    if _TRAINABLE is None:
+        _TRAINABLE = _trainable_class()
+    return _TRAINABLE
+
+
+_TRAINABLE = None
+
+
+def _without_a_run(spec: SweepSpec, stage: str, cfg, label, reference_val) -> dict | None:
+    """The result of a trial that needs no run: its arm's client-round budget is spent (no run,
+    no row), or this very run (config and seed: its id) finished here before — a sweep started
+    over the shipped or an earlier sweep's Parquet, or a search repeating a point: the engine
+    is deterministic, so its rows are kept, not recomputed."""
+    if stage == "search" and spec.search.client_rounds:
+        from .budget import spent_in
+        from .reeval import PENALTY
+
+        spent = spent_in(spec.results_dir, spec.name, stage, cfg.fl.clients_per_round, label)
+        if spent >= spec.search.client_rounds:
+            return {
+                "status": "budget spent",
+                "objective": PENALTY,
+                "val_acc": 0.0,
+                "round": 0,
+                "val_round": 0,
+                "label": label,
+            }
+    kept = RunWriter(cfg.results_dir, cfg.run_id, cfg.method.name).previous_result()
+    if kept and (kept["status"], kept["stage"], kept["label"]) == ("finished", stage, label):
+        print(f"{cfg.run_id}: already finished in this results folder; rows kept", flush=True)
+        return trial_metrics(
+            spec, kept, kept["final_val_acc"], reference_val, cfg.run_id, "finished", label
         )
-        _AT_REPORT.set()
-        try:
-            if rec.checkpoint is None:
-                tune.report(metrics)
-                return
-            with tempfile.TemporaryDirectory() as d:
-                (Path(d) / STATE_FILE).write_bytes(rec.checkpoint)
-                tune.report(metrics, checkpoint=tune.Checkpoint.from_directory(d))
-        except SystemExit:
-            # Tune ends a trial its scheduler stopped by exiting the trial's thread at its next
-            # report; the run ends here instead, with its rows so far and status "stopped"
-            raise StopRun from None
-        finally:
-            _AT_REPORT.clear()
-
-
-def _waits_at_report() -> bool:
-    """Whether this process's run waits in ``tune.report``."""
-    return _AT_REPORT.is_set()
-
-
-def _await_run_end(timeout: float = STOP_GRACE_S) -> bool:
-    """Wait until this process's run (if any) has recorded its end; True if it has."""
-    return _RUN_ENDED.wait(timeout)
-
-
-def trial_trainable(fn):
-    """Tune's function trainable over ``fn`` (``trial_main`` with its parameters), whose
-    cleanup lets a run stopped at its report record its end before the process goes.
-
-    Tune stops a trial (its scheduler, or a spent client-round budget) while the trial waits in
-    ``tune.report``: the cleanup releases it there, and the run ends with status ``stopped``
-    and its rows so far. Tune does not wait for that thread (at the end of an experiment it
-    terminates the process right after the cleanup), so a run that needed a moment to write its
-    last rows was left recorded as ``running``; this cleanup waits for it (at most
-    ``STOP_GRACE_S``). A run busy between reports is not waited for: it is interrupted, not
-    stopped, and ``--resume`` continues it from its checkpoint."""
-    from ray.tune.trainable.function_trainable import wrap_function
-
-    base = wrap_function(fn)
-
-    class Trial(base):
-        def cleanup(self):
-            # module functions only: this class travels by value, the events stay per process
-            stopping_at_report = _waits_at_report()
-            super().cleanup()
-            if stopping_at_report:
-                _await_run_end()
-
-    Trial.__name__ = Trial.__qualname__ = base.__name__
-    return Trial
+    return None
 
 
 def trial_hooks(spec: SweepSpec, stage: str, trial_id: str | None, label: str | None, **more):
@@ -206,37 +307,6 @@ def trial_backend(spec: SweepSpec, cfg, name: str):
     )
 
 
-def trial_main(
-    config: dict[str, Any],
-    spec: SweepSpec,
-    stage: str = "search",
-    reference_val: float | None = None,
-    verbose: int = 0,
-    mlflow: str | None = None,
-) -> None:
-    """Run one trial. ``config`` holds dotted run-config params (final stage: under "final");
-    ``verbose >= 2`` prints the run's per-round lines, below 1 Tune's checkpoint chatter is
-    silenced."""
-    if verbose < 1:
-        import logging
-
-        for name in ("ray.train", "ray.tune", "ray.air"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-    quiet_shutdown()
-    _RUN_ENDED.clear()
-    try:
-        _trial(config, spec, stage, reference_val, verbose, mlflow)
-    except UserError as err:
-        # the trial's own configuration or data is wrong: a restart would fail the same way,
-        # so the trial ends here, once, with the error as its last report (Tune restarts only a
-        # trial that raised: one whose process or node died)
-        from ray import tune
-
-        tune.report(error_metrics(err, config.get("final", config).get("label")))
-    finally:
-        _RUN_ENDED.set()
-
-
 def _quiet_unraisable(unraisable) -> None:
     """``sys.unraisablehook`` of a trial process: the ``SystemExit`` Ray's SIGTERM handler
     raises when a stage's end or ``ray.shutdown`` ends an idle (reused) trial process lands
@@ -270,83 +340,3 @@ def error_metrics(err: BaseException, label: str | None) -> dict[str, Any]:
         "val_round": 0,
         "label": label,
     }
-
-
-def _trial(
-    config: dict[str, Any],
-    spec: SweepSpec,
-    stage: str,
-    reference_val: float | None,
-    verbose: int,
-    mlflow: str | None,
-) -> None:
-    """The trial itself (``trial_main`` marks this process's run as in progress around it)."""
-    from ray import tune
-
-    params = dict(config.get("final", config))
-    label = params.pop("label", None)
-    cfg = spec.run_config(params)
-    ctx = tune.get_context()
-    trial_id = ctx.get_trial_id() if ctx else None
-    resume = None
-    ckpt = tune.get_checkpoint()
-    if ckpt is not None:
-        with ckpt.as_directory() as d:
-            resume = (Path(d) / STATE_FILE).read_bytes()
-
-    if resume is None and stage == "search" and spec.search.client_rounds:
-        from .budget import spent_in
-        from .reeval import PENALTY
-
-        spent = spent_in(spec.results_dir, spec.name, stage, cfg.fl.clients_per_round, label)
-        if spent >= spec.search.client_rounds:  # the budget is spent: no run, no row
-            tune.report(
-                {
-                    "status": "budget spent",
-                    "objective": PENALTY,
-                    "val_acc": 0.0,
-                    "round": 0,
-                    "val_round": 0,
-                    "label": label,
-                }
-            )
-            return
-    if resume is None:
-        kept = RunWriter(cfg.results_dir, cfg.run_id, cfg.method.name).previous_result()
-        if kept and (kept["status"], kept["stage"], kept["label"]) == ("finished", stage, label):
-            # this very run (config and seed: its id) finished here before — a sweep started
-            # over the shipped or an earlier sweep's Parquet, or a search repeating a point:
-            # the engine is deterministic, so its rows are kept, not recomputed
-            print(f"{cfg.run_id}: already finished in this results folder; rows kept", flush=True)
-            tune.report(
-                trial_metrics(
-                    spec, kept, kept["final_val_acc"], reference_val, cfg.run_id, "finished", label
-                )
-            )
-            return
-    hooks = trial_hooks(
-        spec,
-        stage,
-        trial_id,
-        label,
-        checkpoint_every=spec.checkpoint_every,
-        resume=resume,
-        mlflow=mlflow,
-        observers=(TuneReporter(spec, cfg.run_id, reference_val, label),),
-    )
-    summary = run_fl(
-        cfg,
-        backend=trial_backend(spec, cfg, trial_id or stage),
-        hooks=hooks,
-        progress=(lambda m: print(m, flush=True)) if verbose >= 2 else None,
-    )
-    row = summary.row
-    if summary.status == "stopped":
-        # the run is recorded; end the trial's thread the way Tune asked (it takes no further
-        # report: a return would make Tune wait for one)
-        raise SystemExit(0)
-    tune.report(
-        trial_metrics(
-            spec, row, row["final_val_acc"], reference_val, cfg.run_id, summary.status, label
-        )
-    )
