@@ -207,4 +207,3 @@ def test_a_study_gives_every_arm_its_own_budget_and_scheduler_and_selects_robust
     assert meta["client_rounds"] == {"digits": budget} and meta["search"]["scheduler"] == "asha"
     assert any(m.startswith("[digits] topk: ") and "stopped early" in m for m in said), said
     assert any("selection gap of topk" in m and "mean over 2 search seeds" in m for m in said)
-
