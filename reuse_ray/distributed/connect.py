@@ -49,6 +49,8 @@ def loopback_only():
     ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER``, read by ``ray_constants`` at import and inherited by
     the processes Ray starts (so it is set only while they are started). Only for an instance
     started here: a cluster the user connects to keeps its own addresses."""
+    # the one private import left, for want of a public switch: Ray reads its single-machine
+    # mode from ray_constants at import, so only this attribute sets it for a later ray.init
     from ray._private import ray_constants
 
     name = ray_constants.ENABLE_RAY_CLUSTERS_ENV_VAR
