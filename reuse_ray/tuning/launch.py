@@ -106,7 +106,9 @@ def launch(
                 metric=metric,
                 mode=mode,
                 # a grid generator carries its own limit (set in make_searcher)
-                max_concurrent_trials=None if _is_variant_generator(search_alg) else concurrency,
+                max_concurrent_trials=None
+                if _is_variant_generator(search_alg) or _synchronous(spec, stage)
+                else concurrency,
                 trial_name_creator=lambda trial: trial_label(stage, trial),
                 trial_dirname_creator=lambda trial: trial_label(stage, trial),
                 # one trial process serves trial after trial: no fresh Ray worker, no repeated
@@ -189,6 +191,13 @@ def recompute_missing(spec: SweepSpec, stage: str, results, say) -> int:
         run_fl(cfg, backend=trial_backend(spec, cfg, trial_id or stage), hooks=hooks)
         done += 1
     return done
+
+
+def _synchronous(spec: SweepSpec, stage: str) -> bool:
+    """HyperBand halves a bracket only once the bracket is full: its search creates every
+    trial at once (pending until the cluster has room; a paused trial frees its place), where
+    trials created as places free up would each find the bracket unfilled and go on."""
+    return stage == "search" and spec.search.scheduler == "hyperband"
 
 
 def _stopper(scheduler: Any, stop: Any) -> str:

@@ -247,7 +247,10 @@ def _finished_search(spec: SweepSpec, trials_path: str) -> pd.DataFrame:
 def _search(spec: SweepSpec, run: Launcher, reference: float | None) -> pd.DataFrame:
     """The validation-only search stage (early-ending under its scheduler and client-round
     budget, if any); its trials table."""
-    alg, metric, mode, space = make_searcher(spec, run.concurrency)
+    # HyperBand's brackets need every trial at once (launch._synchronous)
+    alg, metric, mode, space = make_searcher(
+        spec, 0 if spec.search.scheduler == "hyperband" else run.concurrency
+    )
     budget = None
     if spec.search.client_rounds:
         from .budget import ClientRoundBudget

@@ -207,3 +207,35 @@ def test_a_study_gives_every_arm_its_own_budget_and_scheduler_and_selects_robust
     assert meta["client_rounds"] == {"digits": budget} and meta["search"]["scheduler"] == "asha"
     assert any(m.startswith("[digits] topk: ") and "stopped early" in m for m in said), said
     assert any("selection gap of topk" in m and "mean over 2 search seeds" in m for m in said)
+
+
+def test_hyperband_pauses_trials_and_a_resumed_one_equals_an_uninterrupted_run(tmp_path):
+    """HyperBand fills its brackets (every trial created at once), pauses trials at their
+    milestones with their checkpoints saved, stops the weak ones and resumes the others from
+    their checkpoints: a resumed trial that finished has the rows of the same configuration run
+    alone, bit for bit, and its runs row says it was resumed."""
+    lrs = [0.1, 0.08, 0.06, 1e-5, 2e-5, 3e-5, 4e-5, 5e-5, 6e-5]
+    raw = sweep(tmp_path, scheduler="hyperband", reduction_factor=3)
+    raw["search"]["grid"] = {"train.lr": lrs}
+    raw["checkpoint_every"] = 1
+    spec = parse_sweep(raw)
+    run_sweep(spec, say=lambda line: None)
+    trials = read_table(spec.results_dir, "trials")
+    runs = read_table(spec.results_dir, "runs").set_index("run_id")
+    assert (trials["status"] == "stopped").any(), trials[["status", "round_reached"]]
+    done = trials[trials["status"] == "finished"]
+    resumed = runs.loc[done["run_id"], "attempts"] > 1
+    assert resumed.any(), runs[["status", "attempts", "rounds_completed"]]
+    rounds = read_table(spec.results_dir, "rounds")
+    for run_id in done.loc[resumed.to_numpy(), "run_id"]:
+        params = json.loads(trials.set_index("run_id").loc[run_id, "params_json"])
+        cfg = spec.run_config(params).replace(results_dir=str(tmp_path / "alone" / run_id))
+        cfg = cfg.replace(engine=cfg.engine.__class__(backend="local"))
+        run_fl(cfg)
+        alone = read_table(cfg.results_dir, "rounds")
+        mine = rounds[rounds["run_id"] == run_id]
+        pd.testing.assert_frame_equal(
+            _metrics(mine).reset_index(drop=True),
+            _metrics(alone).reset_index(drop=True),
+            check_exact=True,
+        )
