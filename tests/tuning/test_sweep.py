@@ -529,3 +529,23 @@ def test_the_default_console_is_quiet_and_says_what_each_trial_does(tmp_path, ca
     assert text.count("search trial") >= 4  # a start and an end line per trial
     assert "2/2 trials finished; best so far" in text
     assert "Checkpoint successfully created" not in text
+
+
+def test_a_finished_run_is_kept_before_its_budget_is_judged_spent(tmp_path):
+    """A budgeted search continued over copied Parquet: its own finished run counts against
+    the budget, and is kept rather than called 'budget spent'."""
+    from reuse_ray.runner import run_fl
+    from reuse_ray.tuning.trainable import _without_a_run
+
+    raw = sweep(tmp_path, search={"searcher": "grid", "grid": {"train.lr": [0.05]}})
+    raw["base"]["fl"]["rounds"] = 2
+    raw["search"]["client_rounds"] = raw["base"]["fl"]["clients_per_round"]  # one round's worth
+    spec = parse_sweep(raw)
+    cfg = spec.run_config({"train.lr": 0.05})
+    from reuse_ray.engine import RunHooks
+
+    run_fl(cfg, hooks=RunHooks(stage="search", sweep=spec.name, evaluate_test=False))
+    got = _without_a_run(spec, "search", cfg, None, None)
+    assert got["status"] == "finished" and got["run_id"] == cfg.run_id
+    other = spec.run_config({"train.lr": 0.04})  # a new point: the budget is spent
+    assert _without_a_run(spec, "search", other, None, None)["status"] == "budget spent"
