@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import UserError
 from ..results.storage import Storage, join
 from .spec import SweepSpec
-from .trainable import trainable_class
+from .trainable import FLTrainable
 
 
 def derive_concurrency(spec: SweepSpec, resources: dict[str, float]) -> int:
@@ -74,7 +74,7 @@ def launch(
     name = f"{spec.name}-{stage}"
     trainable = tune.with_resources(
         tune.with_parameters(
-            trainable_class(),
+            FLTrainable,
             spec=spec,
             stage=stage,
             reference_val=reference,

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ray import tune
+
 from ..engine import RunHooks
 from ..errors import UserError
 from ..results.writer import RunWriter
@@ -91,159 +93,141 @@ def last_evaluation_round(spec: SweepSpec, t: int) -> int:
     return max(1, t // fl.eval_every * fl.eval_every)
 
 
-def _trainable_class():
-    """:class:`FLTrainable` is built on first use: ``ray.tune`` is imported by the trial's
-    process, not by every importer of this module."""
-    from ray import tune
+class FLTrainable(tune.Trainable):
+    """One trial is one FL run (design: Early-ending searches). ``setup`` takes the trial's
+    config; each ``step`` plays one round and returns its validation metrics and bytes
+    (never a test metric), the last one the runs row's with ``done``;
+    ``save_checkpoint`` writes the run's latest checkpoint (the whole run state of its
+    newest checkpoint round, data only) and ``load_checkpoint`` hands it to the run, which
+    continues bit-identically from it; ``cleanup`` records a trial Tune stopped between
+    steps (a scheduler, a spent budget, a pause) as ``stopped`` with its rows so far, a
+    prefix of the full run's. Nothing waits and no thread is left: Tune stops a trial only
+    between steps."""
 
-    class FLTrainable(tune.Trainable):
-        """One trial is one FL run (design: Early-ending searches). ``setup`` takes the trial's
-        config; each ``step`` plays one round and returns its validation metrics and bytes
-        (never a test metric), the last one the runs row's with ``done``;
-        ``save_checkpoint`` writes the run's latest checkpoint (the whole run state of its
-        newest checkpoint round, data only) and ``load_checkpoint`` hands it to the run, which
-        continues bit-identically from it; ``cleanup`` records a trial Tune stopped between
-        steps (a scheduler, a spent budget, a pause) as ``stopped`` with its rows so far, a
-        prefix of the full run's. Nothing waits and no thread is left: Tune stops a trial only
-        between steps."""
+    def setup(
+        self,
+        config: dict[str, Any],
+        spec: SweepSpec,
+        stage: str = "search",
+        reference_val: float | None = None,
+        verbose: int = 0,
+        mlflow: str | None = None,
+    ) -> None:
+        if verbose < 1:
+            import logging
 
-        def setup(
-            self,
-            config: dict[str, Any],
-            spec: SweepSpec,
-            stage: str = "search",
-            reference_val: float | None = None,
-            verbose: int = 0,
-            mlflow: str | None = None,
-        ) -> None:
-            if verbose < 1:
-                import logging
+            for name in ("ray.train", "ray.tune", "ray.air"):
+                logging.getLogger(name).setLevel(logging.WARNING)
+        quiet_shutdown()
+        self.spec, self.stage, self.reference_val = spec, stage, reference_val
+        self.verbose, self.mlflow = verbose, mlflow
+        self._configure(config)
 
-                for name in ("ray.train", "ray.tune", "ray.air"):
-                    logging.getLogger(name).setLevel(logging.WARNING)
-            quiet_shutdown()
-            self.spec, self.stage, self.reference_val = spec, stage, reference_val
-            self.verbose, self.mlflow = verbose, mlflow
-            self._configure(config)
+    def _configure(self, config: dict[str, Any]) -> None:
+        params = dict(config.get("final", config))
+        self.label = params.pop("label", None)
+        self.params = params
+        self.run = None  # made at the first step: a checkpoint may be loaded before it
+        self.resume: bytes | None = None
+        self.blob: bytes | None = None  # the run's newest checkpoint
+        self.ended = False
 
-        def _configure(self, config: dict[str, Any]) -> None:
-            params = dict(config.get("final", config))
-            self.label = params.pop("label", None)
-            self.params = params
-            self.run = None  # made at the first step: a checkpoint may be loaded before it
-            self.resume: bytes | None = None
-            self.blob: bytes | None = None  # the run's newest checkpoint
-            self.ended = False
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """A reused trial process takes the next trial (``trial.reuse_actors``)."""
+        self.cleanup()
+        self._configure(new_config)
+        return True
 
-        def reset_config(self, new_config: dict[str, Any]) -> bool:
-            """A reused trial process takes the next trial (``trial.reuse_actors``)."""
-            self.cleanup()
-            self._configure(new_config)
-            return True
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        path = Path(checkpoint_dir) / STATE_FILE
+        self.resume = path.read_bytes() if path.is_file() else None
 
-        def load_checkpoint(self, checkpoint_dir: str) -> None:
-            path = Path(checkpoint_dir) / STATE_FILE
-            self.resume = path.read_bytes() if path.is_file() else None
+    def save_checkpoint(self, checkpoint_dir: str) -> None:
+        if self.blob is not None:  # before the first checkpoint round: nothing to keep
+            (Path(checkpoint_dir) / STATE_FILE).write_bytes(self.blob)
 
-        def save_checkpoint(self, checkpoint_dir: str) -> None:
-            if self.blob is not None:  # before the first checkpoint round: nothing to keep
-                (Path(checkpoint_dir) / STATE_FILE).write_bytes(self.blob)
-
-        def step(self) -> dict[str, Any]:
-            try:
-                if self.run is None:
-                    early = self._start()
-                    if early is not None:
-                        self.ended = True
-                        return dict(early, done=True)
-                return self._round()
-            except UserError as err:
-                # the trial's own configuration or data is wrong: a restart would fail the same
-                # way, so the trial ends here, once, with the error as its last result (Tune
-                # restarts only a trial whose process or node died)
-                self._end_run()
-                self.ended = True
-                return dict(error_metrics(err, self.label), done=True)
-
-        def _start(self) -> dict[str, Any] | None:
-            """The trial's run made; or the result of a trial that needs none: its arm's
-            client-round budget is spent, or this very run finished here before."""
-            spec, stage, label = self.spec, self.stage, self.label
-            cfg = spec.run_config(self.params)
-            self.cfg = cfg
-            if self.resume is None:
-                early = _without_a_run(spec, stage, cfg, label, self.reference_val)
+    def step(self) -> dict[str, Any]:
+        try:
+            if self.run is None:
+                early = self._start()
                 if early is not None:
-                    return early
-            from ..engine.run import Run
-
-            hooks = trial_hooks(
-                spec,
-                stage,
-                self.trial_id,
-                label,
-                checkpoint_every=spec.checkpoint_every,
-                resume=self.resume,
-                mlflow=self.mlflow,
-            )
-            progress = (lambda m: print(m, flush=True)) if self.verbose >= 2 else None
-            backend = trial_backend(spec, cfg, self.trial_id or stage)
-            self.run = Run(cfg, backend, hooks=hooks, force=True, progress=progress)
-            return None
-
-        def _round(self) -> dict[str, Any]:
-            run, spec, rounds = self.run, self.spec, self.cfg.fl.rounds
-            rec = run.step()
-            if rec is not None and rec.checkpoint is not None:
-                self.blob = rec.checkpoint
-            if rec is not None and rec.round < rounds:
-                last = rec.last_val[0] if rec.last_val else None
-                return trial_metrics(
-                    spec, rec.row, last, self.reference_val, self.cfg.run_id, "running", self.label
-                )
-            if rec is not None:
-                run.step()  # after round T: the run records that it finished
-            summary = run.finish()
+                    self.ended = True
+                    return dict(early, done=True)
+            return self._round()
+        except UserError as err:
+            # the trial's own configuration or data is wrong: a restart would fail the same
+            # way, so the trial ends here, once, with the error as its last result (Tune
+            # restarts only a trial whose process or node died)
+            self._end_run()
             self.ended = True
-            row = summary.row
-            return dict(
-                trial_metrics(
-                    spec,
-                    row,
-                    row["final_val_acc"],
-                    self.reference_val,
-                    self.cfg.run_id,
-                    summary.status,
-                    self.label,
-                ),
-                done=True,
+            return dict(error_metrics(err, self.label), done=True)
+
+    def _start(self) -> dict[str, Any] | None:
+        """The trial's run made; or the result of a trial that needs none: its arm's
+        client-round budget is spent, or this very run finished here before."""
+        spec, stage, label = self.spec, self.stage, self.label
+        cfg = spec.run_config(self.params)
+        self.cfg = cfg
+        if self.resume is None:
+            early = _without_a_run(spec, stage, cfg, label, self.reference_val)
+            if early is not None:
+                return early
+        from ..engine.run import Run
+
+        hooks = trial_hooks(
+            spec,
+            stage,
+            self.trial_id,
+            label,
+            checkpoint_every=spec.checkpoint_every,
+            resume=self.resume,
+            mlflow=self.mlflow,
+        )
+        progress = (lambda m: print(m, flush=True)) if self.verbose >= 2 else None
+        backend = trial_backend(spec, cfg, self.trial_id or stage)
+        self.run = Run(cfg, backend, hooks=hooks, force=True, progress=progress)
+        return None
+
+    def _round(self) -> dict[str, Any]:
+        run, spec, rounds = self.run, self.spec, self.cfg.fl.rounds
+        rec = run.step()
+        if rec is not None and rec.checkpoint is not None:
+            self.blob = rec.checkpoint
+        if rec is not None and rec.round < rounds:
+            last = rec.last_val[0] if rec.last_val else None
+            return trial_metrics(
+                spec, rec.row, last, self.reference_val, self.cfg.run_id, "running", self.label
             )
+        if rec is not None:
+            run.step()  # after round T: the run records that it finished
+        summary = run.finish()
+        self.ended = True
+        row = summary.row
+        return dict(
+            trial_metrics(
+                spec,
+                row,
+                row["final_val_acc"],
+                self.reference_val,
+                self.cfg.run_id,
+                summary.status,
+                self.label,
+            ),
+            done=True,
+        )
 
-        def _end_run(self) -> None:
-            if self.run is not None:
-                with contextlib.suppress(Exception):
-                    self.run.finish()
+    def _end_run(self) -> None:
+        if self.run is not None:
+            with contextlib.suppress(Exception):
+                self.run.finish()
 
-        def cleanup(self) -> None:
-            """Tune stopped the trial between steps (or the experiment ended): a run still
-            going is recorded ``stopped`` with its rows so far."""
-            if self.run is not None and not self.ended:
-                self.run.stop()
-                self._end_run()
-            self.run, self.ended = None, True
-
-    return FLTrainable
-
-
-def trainable_class():
-    """The trial's :class:`tune.Trainable` subclass (module docstring)."""
-    global _TRAINABLE
-    if _TRAINABLE is None:
-        _TRAINABLE = _trainable_class()
-    return _TRAINABLE
-
-
-_TRAINABLE = None
+    def cleanup(self) -> None:
+        """Tune stopped the trial between steps (or the experiment ended): a run still
+        going is recorded ``stopped`` with its rows so far."""
+        if self.run is not None and not self.ended:
+            self.run.stop()
+            self._end_run()
+        self.run, self.ended = None, True
 
 
 def _without_a_run(spec: SweepSpec, stage: str, cfg, label, reference_val) -> dict | None:
