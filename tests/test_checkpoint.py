@@ -125,3 +125,7 @@ def test_resume_reads_every_trials_newest_checkpoint_first_and_names_a_bad_one(t
     (exp / "trial-b" / "checkpoint_000001" / "run_state.pt").unlink()
     with pytest.raises(UserError, match=r"checkpoint_000001/run_state\.pt is missing"):
         check_trial_checkpoints(str(tmp_path), "s-search")
+    # a checkpoint Tune asked for before the run's first checkpoint round says it holds no
+    # state (the trial starts at round 1): not a lost file
+    (exp / "trial-b" / "checkpoint_000001" / "no_run_state").write_bytes(b"")
+    assert check_trial_checkpoints(str(tmp_path), "s-search") == 1

@@ -347,13 +347,15 @@ def check_tune_state_is_yours(path: str) -> None:
 def check_trial_checkpoints(results_dir: str, experiment: str) -> int:
     """Before a resume hands the experiment to Tune, read the newest checkpoint of every trial
     (``_tune/<experiment>/<trial>/checkpoint_N/run_state.pt``) the way a resumed trial will:
-    data only (:func:`reuse_ray.checkpoint.loads`, nothing unpickled). One that is missing,
-    truncated, foreign or of another version is named in one line, before any trial starts,
+    data only (:func:`reuse_ray.checkpoint.loads`, nothing unpickled); a checkpoint saved
+    before the run's first checkpoint round holds ``no_run_state`` instead and is passed over.
+    One that is missing, truncated, foreign or of another version is named in one line, before
+    any trial starts,
     instead of failing every trial that restores from it; returns how many were read."""
     import pyarrow.fs as pafs
 
     from ..checkpoint import CheckpointError, loads
-    from .trainable import STATE_FILE
+    from .trainable import NO_STATE_FILE, STATE_FILE
 
     store = Storage.of(results_dir)
     top = ("_tune", experiment)
@@ -378,6 +380,8 @@ def check_trial_checkpoints(results_dir: str, experiment: str) -> int:
             "into a fresh --results"
         )
         if not store.is_file(rel):
+            if store.is_file(*top, trial.base_name, newest, NO_STATE_FILE):
+                continue  # saved before the run's first checkpoint round: it starts at round 1
             raise UserError(f"sweep --resume: {where} is missing — {hint}")
         try:
             loads(store.read_bytes(rel))

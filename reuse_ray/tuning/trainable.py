@@ -25,6 +25,9 @@ from ..runner import make_backend
 from .spec import SweepSpec
 
 STATE_FILE = "run_state.pt"  # reuse_ray.checkpoint: data only, never unpickled as code
+# what a checkpoint Tune asks for before the run's first checkpoint round holds instead: the
+# trial has no state to keep (it resumes from round 1), which a resume tells from a lost file
+NO_STATE_FILE = "no_run_state"
 
 
 def objective_value(
@@ -143,8 +146,10 @@ class FLTrainable(tune.Trainable):
         self.resume = path.read_bytes() if path.is_file() else None
 
     def save_checkpoint(self, checkpoint_dir: str) -> None:
-        if self.blob is not None:  # before the first checkpoint round: nothing to keep
+        if self.blob is not None:
             (Path(checkpoint_dir) / STATE_FILE).write_bytes(self.blob)
+        else:  # before the first checkpoint round (or a trial that needed no run): nothing
+            (Path(checkpoint_dir) / NO_STATE_FILE).write_bytes(b"")
 
     def step(self) -> dict[str, Any]:
         try:
