@@ -219,6 +219,11 @@ RESULTS_HELP = (
     "results folder: a path or a URI such as s3://bucket/x (default: the file's "
     "results_dir, relative ones below $REUSE_RAY_RESULTS or ~/reuse_ray_results)"
 )
+RUN_RESULTS_HELP = (
+    "results folder: a path or a URI such as s3://bucket/x (default: the config's "
+    "results_dir — for a sweep file, its base: block's — relative ones below "
+    "$REUSE_RAY_RESULTS or ~/reuse_ray_results)"
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -245,7 +250,7 @@ def build_parser() -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run one FL run from a config (or a sweep file's base block)")
     r.add_argument("config", help="YAML run config, or a sweep file whose base: block is used")
     r.add_argument("--set", action="append", metavar="a.b=value", help="override a field")
-    r.add_argument("--results", help=RESULTS_HELP)
+    r.add_argument("--results", help=RUN_RESULTS_HELP)
     r.add_argument(
         "--backend", choices=["ray", "local"], help="engine backend (default: engine.backend)"
     )
@@ -267,7 +272,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a field of the sweep file, e.g. base.fl.rounds=10",
     )
     sw.add_argument("--results", help=RESULTS_HELP)
-    sw.add_argument("--address", help="Ray cluster address (sets base.engine.ray_address)")
+    sw.add_argument(
+        "--address", help="Ray cluster address (a sweep's base.engine.ray_address; a study's too)"
+    )
     sw.add_argument("--scale", help="a study file's named scale, e.g. small (a smoke test)")
     sw.add_argument("--mlflow", metavar="URI", help="log every trial to MLflow at URI")
     sw.add_argument(
