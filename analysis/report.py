@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import html
 import tempfile
 from pathlib import Path
 
@@ -12,7 +11,9 @@ from reuse_ray.results.reader import read_metadata
 from reuse_ray.results.storage import Storage, join
 
 from . import frontier, plots, tables
+from .html import page as _html
 from .load import AnalysisError, Results, load
+from .studies import budget_section, study_header
 
 
 def report_line(md_path) -> str:
@@ -112,20 +113,38 @@ def _write(
     except ValueError:
         pass
     goal = target if target is not None else (study or {}).get("targets") or None
-    if goal is not None:
-        btt = tables.bytes_to_target(res, goal)
-        what = (
-            goal if not isinstance(goal, dict) else ", ".join(f"{k} {v}" for k, v in goal.items())
-        )
-        md += [
-            f"## Bytes to validation accuracy {what}\n",
-            "Rounds and bytes until a run's validation accuracy first reaches the target "
-            "(fixed before the runs); `censored` counts runs that never reached it "
-            "(medians over the runs that did).\n",
-            tables.markdown(tables.bytes_to_target_summary(btt)),
-        ]
-    gd = tables.gate_diagnostics(res_all)
-    for stage, sub in _stages(res_all):  # search and final runs are never mixed in one table
+    md += _target_section(res, goal)
+    md += _gate_sections(res_all)
+    md += _figures_section(res, res_all, T, out)
+    if len(res_all.trials):
+        md += ["## Search trials\n", *search_section(res_all.trials)]
+    text = "\n".join(md)
+    path = out / "report.md"
+    path.write_text(text)
+    (out / "report.html").write_text(_html(text, out))
+    return path
+
+
+def _target_section(res: Results, goal) -> list[str]:
+    """Bytes to a validation target fixed in advance (one number, or one per dataset)."""
+    if goal is None:
+        return []
+    btt = tables.bytes_to_target(res, goal)
+    what = goal if not isinstance(goal, dict) else ", ".join(f"{k} {v}" for k, v in goal.items())
+    return [
+        f"## Bytes to validation accuracy {what}\n",
+        "Rounds and bytes until a run's validation accuracy first reaches the target "
+        "(fixed before the runs); `censored` counts runs that never reached it "
+        "(medians over the runs that did).\n",
+        tables.markdown(tables.bytes_to_target_summary(btt)),
+    ]
+
+
+def _gate_sections(res_all: Results) -> list[str]:
+    """DG-FedReuse's gate diagnostics per stage, and the gate against its controls where the
+    runs hold one; search and final runs are never mixed in one table."""
+    md: list[str] = []
+    for stage, sub in _stages(res_all):
         sgd = tables.gate_diagnostics(sub)
         if not len(sgd):
             continue
@@ -144,22 +163,19 @@ def _write(
                 "gate's rate (0 = matched).\n",
                 tables.markdown(gc),
             ]
+    return md
+
+
+def _figures_section(res: Results, res_all: Results, T, out: Path) -> list[str]:
+    """The figures, drawn into ``out``: accuracy curves, the arms' Pareto points, a search's
+    Pareto front, the gate's scores and firing rate."""
     figs = plots.accuracy_curves(res, out)
     figs.append(plots.pareto_arms(tables.pareto_points(res, T), out))
     pf = plots.pareto_plot(res_all.trials, out) if len(res_all.trials) else None
     gs = plots.gate_scores(res_all, out)
+    gd = tables.gate_diagnostics(res_all)
     fr = plots.firing_rate(tables.firing_rate_per_round(res_all), out) if len(gd) else None
-    md.append("## Figures\n")
-    for p in [*figs, pf, gs, fr]:
-        if p is not None:
-            md.append(f"![{p.stem}]({p.name})\n")
-    if len(res_all.trials):
-        md += ["## Search trials\n", *search_section(res_all.trials)]
-    text = "\n".join(md)
-    path = out / "report.md"
-    path.write_text(text)
-    (out / "report.html").write_text(_html(text, out))
-    return path
+    return ["## Figures\n"] + [f"![{p.stem}]({p.name})\n" for p in [*figs, pf, gs, fr] if p]
 
 
 def search_section(trials: pd.DataFrame) -> list[str]:
@@ -211,78 +227,6 @@ LEADERBOARD_TEXT = (
     "the reference arms (same seeds, bootstrap 95 % CI from 5 pairs on); `Pareto`: on the "
     "dataset's front of accuracy against measured total bytes.\n"
 )
-
-
-def study_header(study: dict, res: Results) -> str:
-    """One paragraph saying what produced a study's numbers: date, machine, budget, wall time."""
-    wall = study.get("wall_s")
-    trials = res.trials
-    if len(trials) and "stage" in trials:
-        trials = trials[trials["stage"].eq("search")]
-    per_arm = ""
-    if len(trials) and "arm" in trials:
-        counts = trials.groupby(["sweep", "arm"]).size()
-        per_arm = (
-            f" (every arm: {counts.min()})"
-            if counts.min() == counts.max()
-            else f" (per arm from {counts.min()} to {counts.max()})"
-        )
-    budgets = {k: v for k, v in (study.get("client_rounds") or {}).items() if v}
-    search = study.get("search") or {}
-    if budgets:
-        each = ", ".join(f"{w} {v}" for w, v in budgets.items())
-        budget = (
-            f"an equal budget per arm and workload of {each} client-rounds, spent on at most "
-            f"{study['trials_per_arm']} validation-only configurations{per_arm}"
-        )
-    else:
-        n = study["trials_per_arm"]
-        budget = f"{n} validation-only search trial{'' if n == 1 else 's'} per arm and workload"
-        if per_arm:
-            budget += per_arm[:-1] + (" trial)" if per_arm.endswith(" 1)") else " trials)")
-    if search.get("scheduler", "none") != "none":
-        budget += (
-            f", each arm with its own {search['scheduler'].upper()} scheduler (grace period "
-            f"{search['grace_period']} rounds, reduction factor {search['reduction_factor']})"
-        )
-    if search.get("reeval_top"):
-        budget += (
-            f"; robust selection: each arm's best {search['reeval_top']} by each objective "
-            f"rerun on search seeds {search['reeval_seeds']}, chosen by the mean"
-        )
-    return (
-        f"Study `{study['name']}`"
-        + (f" (scale `{study['scale']}`)" if study.get("scale") else "")
-        + f": {len(study['arms'])} arms on {', '.join(study['workloads'])}; {budget}; "
-        f"selected by {' and '.join(study['objectives'])} (retention: ≥ "
-        f"{study['retention']:g} of tuned `{study['retention_reference']}`'s validation "
-        f"accuracy); final seeds {study['final_seeds']}. Run {study['started_at'][:10]} on "
-        f"{study['machine']}"
-        + (f", wall time {wall / 60:.0f} min." if wall else " (not finished).")
-        + "\n"
-    )
-
-
-def budget_section(study: dict, res: Results, full: bool = True) -> list[str]:
-    """The study's search budget per workload and arm, and its selection gaps (``full``: the
-    table per arm, else one line per workload)."""
-    from .studies import budget_summary, gap_summary, search_budget
-
-    table = search_budget(res.trials, study)
-    if not len(table):
-        return []
-    if not full:
-        return [*budget_summary(table), *([gap_summary(study)] if gap_summary(study) else [])]
-    return [
-        "## Search budget and selection gap per arm\n",
-        "Configurations tried in the search stage, how many the scheduler (or the spent "
-        "budget) stopped early, client-rounds spent (selected clients × rounds reached) "
-        "against the arm's budget, those robust selection added, and the selected "
-        "configuration's validation accuracy on the search seed(s) minus its mean on the "
-        "fresh final seeds.\n",
-        *([gap_summary(study)] if gap_summary(study) else []),
-        tables.markdown(table),
-    ]
 
 
 def _pm(mean, sd) -> str:
@@ -373,83 +317,3 @@ def _has_final(res: Results) -> bool:
 
 def _final_or_all(res: Results) -> Results:
     return _runs_of(res, "final") if _has_final(res) else res
-
-
-STYLE = """
-body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Helvetica, Arial, sans-serif;
-       color: #1f2328; max-width: 1180px; margin: 24px auto; padding: 0 16px; }
-h1, h2, h3 { line-height: 1.25; } h2 { border-bottom: 1px solid #d0d7de; padding-bottom: 4px; }
-p { overflow-wrap: anywhere; }
-code { font: 12px ui-monospace, SFMono-Regular, Menlo, monospace; background: #f6f8fa;
-       padding: 1px 4px; border-radius: 4px; overflow-wrap: anywhere; }
-.table { overflow-x: auto; max-width: 100%; margin: 8px 0 16px; }
-table { border-collapse: collapse; font-size: 12px; }
-th, td { border: 1px solid #d0d7de; padding: 3px 6px; text-align: right; vertical-align: top; }
-th { background: #f6f8fa; text-align: left; } td:first-child { text-align: left; }
-td { max-width: 360px; overflow-wrap: break-word; }
-td code { white-space: nowrap; }
-td:has(> code) { text-align: left; max-width: none; }
-img { display: block; margin: 12px auto; max-width: 100%; height: auto; }
-"""
-
-
-def _inline(text: str) -> str:
-    """Markdown inline marks as HTML: `code` and **bold**; everything else escaped."""
-    out = []
-    for k, part in enumerate(text.split("`")):
-        if k % 2:
-            out.append(f"<code>{html.escape(part)}</code>")
-        else:
-            bits = html.escape(part).split("**")
-            out.append("".join(f"<b>{b}</b>" if j % 2 else b for j, b in enumerate(bits)))
-    return "".join(out)
-
-
-def _img(src: str, base: Path | None) -> str:
-    """An image embedded as a data URI, so the HTML file stands alone."""
-    import base64
-
-    path = (base / src) if base is not None else Path(src)
-    if path.is_file():
-        data = base64.b64encode(path.read_bytes()).decode()
-        return f'<p><img alt="{html.escape(path.stem)}" src="data:image/png;base64,{data}"></p>'
-    return f'<p><img alt="{html.escape(src)}" src="{html.escape(src)}"></p>'
-
-
-def _html(md: str, base: Path | None = None) -> str:
-    """A self-contained HTML rendering of the report's Markdown: styled, tables that scroll
-    inside their own box (the page never scrolls sideways), figures embedded."""
-    body, in_table = [], False
-    for line in md.splitlines():
-        if line.startswith("|"):
-            cells = [_inline(c.strip()) for c in line.strip().strip("|").split("|")]
-            if set(line.replace("|", "").strip()) <= {"-"}:
-                continue
-            if not in_table:
-                body.append('<div class="table"><table>')
-                in_table = True
-                body.append("<tr>" + "".join(f"<th>{c}</th>" for c in cells) + "</tr>")
-                continue
-            body.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-            continue
-        if in_table:
-            body.append("</table></div>")
-            in_table = False
-        if line.startswith("!["):
-            body.append(_img(line[line.index("(") + 1 : line.rindex(")")], base))
-        elif line.startswith("#"):
-            level = len(line) - len(line.lstrip("#"))
-            body.append(f"<h{level}>{_inline(line.lstrip('#').strip())}</h{level}>")
-        elif line.strip() == "_(no rows)_":
-            body.append("<p><i>(no rows)</i></p>")
-        elif line.strip():
-            body.append(f"<p>{_inline(line)}</p>")
-    if in_table:
-        body.append("</table></div>")
-    return (
-        "<!doctype html><html lang=en><meta charset=utf-8>"
-        '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>reuse_ray report</title><style>{STYLE}</style><body>\n"
-        + "\n".join(body)
-        + "\n</body></html>\n"
-    )

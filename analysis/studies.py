@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from . import tables
+from .load import Results
+
 
 def _workload(study: dict, sweep: str) -> str:
     return sweep.removeprefix(f"{study['name']}-")
@@ -110,3 +113,75 @@ def _signed(v) -> str:
 
 
 __all__ = ["budget_summary", "gap_summary", "search_budget"]
+
+
+def study_header(study: dict, res: Results) -> str:
+    """One paragraph saying what produced a study's numbers: date, machine, budget, wall time."""
+    wall = study.get("wall_s")
+    trials = res.trials
+    if len(trials) and "stage" in trials:
+        trials = trials[trials["stage"].eq("search")]
+    per_arm = ""
+    if len(trials) and "arm" in trials:
+        counts = trials.groupby(["sweep", "arm"]).size()
+        per_arm = (
+            f" (every arm: {counts.min()})"
+            if counts.min() == counts.max()
+            else f" (per arm from {counts.min()} to {counts.max()})"
+        )
+    budgets = {k: v for k, v in (study.get("client_rounds") or {}).items() if v}
+    search = study.get("search") or {}
+    if budgets:
+        each = ", ".join(f"{w} {v}" for w, v in budgets.items())
+        budget = (
+            f"an equal budget per arm and workload of {each} client-rounds, spent on at most "
+            f"{study['trials_per_arm']} validation-only configurations{per_arm}"
+        )
+    else:
+        n = study["trials_per_arm"]
+        budget = f"{n} validation-only search trial{'' if n == 1 else 's'} per arm and workload"
+        if per_arm:
+            budget += per_arm[:-1] + (" trial)" if per_arm.endswith(" 1)") else " trials)")
+    if search.get("scheduler", "none") != "none":
+        budget += (
+            f", each arm with its own {search['scheduler'].upper()} scheduler (grace period "
+            f"{search['grace_period']} rounds, reduction factor {search['reduction_factor']})"
+        )
+    if search.get("reeval_top"):
+        budget += (
+            f"; robust selection: each arm's best {search['reeval_top']} by each objective "
+            f"rerun on search seeds {search['reeval_seeds']}, chosen by the mean"
+        )
+    return (
+        f"Study `{study['name']}`"
+        + (f" (scale `{study['scale']}`)" if study.get("scale") else "")
+        + f": {len(study['arms'])} arms on {', '.join(study['workloads'])}; {budget}; "
+        f"selected by {' and '.join(study['objectives'])} (retention: ≥ "
+        f"{study['retention']:g} of tuned `{study['retention_reference']}`'s validation "
+        f"accuracy); final seeds {study['final_seeds']}. Run {study['started_at'][:10]} on "
+        f"{study['machine']}"
+        + (f", wall time {wall / 60:.0f} min." if wall else " (not finished).")
+        + "\n"
+    )
+
+
+def budget_section(study: dict, res: Results, full: bool = True) -> list[str]:
+    """The study's search budget per workload and arm, and its selection gaps (``full``: the
+    table per arm, else one line per workload)."""
+    from .studies import budget_summary, gap_summary, search_budget
+
+    table = search_budget(res.trials, study)
+    if not len(table):
+        return []
+    if not full:
+        return [*budget_summary(table), *([gap_summary(study)] if gap_summary(study) else [])]
+    return [
+        "## Search budget and selection gap per arm\n",
+        "Configurations tried in the search stage, how many the scheduler (or the spent "
+        "budget) stopped early, client-rounds spent (selected clients × rounds reached) "
+        "against the arm's budget, those robust selection added, and the selected "
+        "configuration's validation accuracy on the search seed(s) minus its mean on the "
+        "fresh final seeds.\n",
+        *([gap_summary(study)] if gap_summary(study) else []),
+        tables.markdown(table),
+    ]

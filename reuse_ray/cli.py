@@ -65,6 +65,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    """A sweep file or a study file (``kind: study``): every option means the same for both —
+    ``--scale`` a named scale of the file, ``--address`` the cluster to join, ``--resume`` the
+    interrupted experiment continued, ``--final`` the final stage over a finished search."""
     from .results.storage import from_command_line
     from .tuning import load_sweep, run_sweep
     from .tuning.study import is_study, load_study, run_study
@@ -73,36 +76,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     overrides = list(args.set or [])
     if args.results:
         overrides.append(f"results_dir={from_command_line(args.results)}")
-    if is_study(load_yaml_mapping(args.sweep, "sweep file")):
-        if args.final:
-            raise UserError("--final: a study selects and reruns every arm itself; use --resume")
-        study = load_study(args.sweep, overrides, scale=args.scale)
-        try:
-            run_study(
-                study,
-                resume=args.resume,
-                say=_print,
-                verbose=args.verbose,
-                mlflow=args.mlflow,
-                address=args.address,
-            )
-        finally:
-            _shutdown_ray()
-        return 0
-    if args.scale:
-        raise UserError("--scale: only study files (kind: study) declare scales")
-    if args.address:
-        overrides.append(f"base.engine.ray_address={args.address}")
-    spec = load_sweep(args.sweep, overrides)
+    common = dict(
+        resume=args.resume,
+        final_only=args.final,
+        say=_print,
+        verbose=args.verbose,
+        mlflow=args.mlflow,
+        address=args.address,
+    )
+    study = is_study(load_yaml_mapping(args.sweep, "sweep file"))
     try:
-        run_sweep(
-            spec,
-            resume=args.resume,
-            final_only=args.final,
-            say=_print,
-            verbose=args.verbose,
-            mlflow=args.mlflow,
-        )
+        if study:
+            run_study(load_study(args.sweep, overrides, scale=args.scale), **common)
+        else:
+            run_sweep(load_sweep(args.sweep, overrides, scale=args.scale), **common)
     finally:
         _shutdown_ray()
     return 0
@@ -139,7 +126,8 @@ def _report(args: argparse.Namespace) -> int:
                     f"drop {flag}, or drop --leaderboard to write the report"
                 )
         from analysis import load
-        from analysis.report import _final_or_all, budget_section, study_header
+        from analysis.report import _final_or_all
+        from analysis.studies import budget_section, study_header
         from analysis.tables import check_results, leaderboard, markdown
 
         from .results.reader import read_metadata
@@ -247,6 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks of user errors too")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in (_run_parser, _sweep_parser, _report_parser, _fetch_parser):
+        parser = add(sub)
+        # --debug after the subcommand too (reuse-ray run … --debug)
+        parser.add_argument(
+            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
+        )
+    return p
+
+
+def _run_parser(sub) -> argparse.ArgumentParser:
     r = sub.add_parser("run", help="run one FL run from a config (or a sweep file's base block)")
     r.add_argument("config", help="YAML run config, or a sweep file whose base: block is used")
     r.add_argument("--set", action="append", metavar="a.b=value", help="override a field")
@@ -263,8 +261,12 @@ def build_parser() -> argparse.ArgumentParser:
         "rows are replaced only when the new attempt finishes)",
     )
     r.set_defaults(func=cmd_run)
-    sw = sub.add_parser("sweep", help="run a Ray Tune + Optuna sweep from a sweep file")
-    sw.add_argument("sweep", help="YAML sweep file (see sweeps/)")
+    return r
+
+
+def _sweep_parser(sub) -> argparse.ArgumentParser:
+    sw = sub.add_parser("sweep", help="run a Ray Tune + Optuna sweep (or a study) from its file")
+    sw.add_argument("sweep", help="YAML sweep or study file (see sweeps/)")
     sw.add_argument(
         "--set",
         action="append",
@@ -272,10 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="override a field of the sweep file, e.g. base.fl.rounds=10",
     )
     sw.add_argument("--results", help=RESULTS_HELP)
-    sw.add_argument(
-        "--address", help="Ray cluster address (a sweep's base.engine.ray_address; a study's too)"
-    )
-    sw.add_argument("--scale", help="a study file's named scale, e.g. small (a smoke test)")
+    sw.add_argument("--address", help="Ray cluster address to join (default: engine.ray_address)")
+    sw.add_argument("--scale", help="a named scale of the file (its scales: block), e.g. small")
     sw.add_argument("--mlflow", metavar="URI", help="log every trial to MLflow at URI")
     sw.add_argument(
         "-v",
@@ -287,12 +287,18 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument(
         "--resume",
         action="store_true",
-        help="continue an interrupted sweep: finished trials are not rerun",
+        help="continue an interrupted sweep or study: finished trials are not rerun",
     )
     sw.add_argument(
-        "--final", action="store_true", help="only run the final stage of a finished search"
+        "--final",
+        action="store_true",
+        help="skip the search: select from its finished trials, then the final stage",
     )
     sw.set_defaults(func=cmd_sweep)
+    return sw
+
+
+def _report_parser(sub) -> argparse.ArgumentParser:
     rp = sub.add_parser("report", help="tables, paired statistics and plots from Parquet results")
     rp.add_argument(
         "results",
@@ -310,6 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="print the per-arm leaderboard as a Markdown table (final stage runs)",
     )
     rp.set_defaults(func=cmd_report)
+    return rp
+
+
+def _fetch_parser(sub) -> argparse.ArgumentParser:
     f = sub.add_parser(
         "fetch",
         help="say where a dataset's files are (read whole), or with --download fetch them into "
@@ -325,11 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
         "is fetched or created",
     )
     f.set_defaults(func=cmd_fetch)
-    for parser in (r, sw, rp, f):  # --debug after the subcommand too (reuse-ray run … --debug)
-        parser.add_argument(
-            "--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS
-        )
-    return p
+    return f
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -197,7 +197,16 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-SWEEP_KEYS = ("name", "base", "search", "trial", "final", "results_dir", "checkpoint_every")
+SWEEP_KEYS = (
+    "name",
+    "base",
+    "search",
+    "trial",
+    "final",
+    "results_dir",
+    "checkpoint_every",
+    "scales",
+)
 
 
 def load_config_dict(path: str | Path) -> dict[str, Any]:

@@ -209,7 +209,19 @@ REPORTED = [  # the inputs of the issue
     ),
 ]
 
+SCALED = {**SWEEP, "scales": {"tiny": {"search.num_samples": 1}}}
+
 OWN = [  # more of our own
+    (
+        "sweep-unknown-scale",
+        lambda tmp: ["sweep", _file(tmp, "s.yaml", SCALED), "--scale", "huge"],
+        "--scale': 'huge'; allowed: tiny",
+    ),
+    (
+        "sweep-without-scales",
+        lambda tmp: ["sweep", _file(tmp, "s.yaml", SWEEP), "--scale", "small"],
+        "'small'; allowed: none",
+    ),
     ("unknown-top-field", run_set("bogus=1"), "'bogus': unknown field"),
     ("unknown-nested", run_set("train.lrr=0.1"), "'train.lrr': unknown field"),
     ("string-for-int", run_set("fl.rounds=ten"), "expected an integer"),
@@ -592,3 +604,16 @@ def test_a_trial_process_ending_as_asked_prints_nothing(capsys):
         assert "ValueError: shown" in capsys.readouterr().err
     finally:
         sys.unraisablehook = before
+
+
+def test_a_sweep_file_has_named_scales_as_a_study_file_does(tmp_path):
+    """``--scale NAME`` means the same for both kinds of file: the file's ``scales.NAME``
+    overrides, applied before ``--set``; a run of the file's base ignores the block."""
+    from reuse_ray.configio import load_run_config
+    from reuse_ray.tuning import load_sweep
+
+    path = _file(tmp_path, "s.yaml", SCALED)
+    assert load_sweep(path).search.num_samples == 2
+    assert load_sweep(path, scale="tiny").search.num_samples == 1
+    assert load_sweep(path, ["search.num_samples=3"], scale="tiny").search.num_samples == 3
+    assert load_run_config(path, []).fl.rounds == 1

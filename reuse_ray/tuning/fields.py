@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..config import MAX_SEED, ConfigError
+from ..configio import apply_overrides
 
 
 def _seed(path: str, value: Any) -> None:
@@ -67,3 +68,50 @@ def check_budget(field: str, client_rounds: int, cfg) -> None:
             f"{client_rounds} client-rounds buy less than one round of a trial's "
             f"{per} clients (fl.clients_per_round); allowed: 0 (no budget) or at least {per}",
         )
+
+
+def apply_scale(raw: dict[str, Any], scale: str | None) -> None:
+    """A sweep or study file's named scale (``scales.<name>``: dotted overrides of the file, e.g.
+    a smoke test), applied in place; the ``scales`` block itself is removed. Unknown names are
+    one line naming the file's scales."""
+    import json
+
+    scales = raw.pop("scales", None) or {}
+    if not isinstance(scales, dict):
+        raise ConfigError("scales", "expected a mapping of scale name -> dotted overrides")
+    if scale is None:
+        return
+    if scale not in scales:
+        raise ConfigError("--scale", f"{scale!r}; allowed: {', '.join(scales) or 'none'}")
+    block = scales[scale]
+    if not isinstance(block, dict):
+        raise ConfigError(f"scales.{scale}", "expected a mapping of dotted overrides")
+    apply_overrides(raw, [f"{k}={json.dumps(v)}" for k, v in block.items()])
+
+
+def check_name(name: Any) -> str:
+    """A sweep's or study's ``name``: letters, digits, ``-`` and ``_``."""
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError("name", f"{name!r}; allowed: letters, digits, '-' and '_'")
+    return name
+
+
+def check_share(path: str, value: Any) -> float:
+    """A share in (0, 1], such as a retention bar or a validation target."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigError(path, f"{value!r}; allowed: a number in (0, 1]")
+    return float(value)
+
+
+def check_fresh_seeds(path: str, seeds: Any, search_seeds: set[int], what: str) -> tuple:
+    """The final stage's seeds: a non-empty list of seeds the search never used."""
+    if not isinstance(seeds, list | tuple) or not seeds:
+        raise ConfigError(path, f"{what} needs a list of fresh seeds")
+    for v in seeds:
+        _seed(path, v)
+    reused = sorted(set(seeds) & set(search_seeds))
+    if reused:
+        raise ConfigError(
+            path, f"{reused} were used by the search; allowed: seeds the search never used"
+        )
+    return tuple(seeds)

@@ -63,7 +63,7 @@ def launch(
     ``concurrency`` at once, each reporting to the console as ``stage`` (of ``total``)."""
     from ray import tune
 
-    from .console import ConsoleReporter, trial_label
+    from .console import ConsoleReporter
     from .interrupt import InterruptWatch
 
     if verbose < 1:
@@ -72,7 +72,34 @@ def launch(
 
     storage, fs = tune_storage(spec.results_dir)
     name = f"{spec.name}-{stage}"
-    trainable = tune.with_resources(
+    trainable = _trainable(spec, stage, reference, verbose, mlflow)
+    path = f"{storage}/{name}"
+    if resume and tune.Tuner.can_restore(path, storage_filesystem=fs):
+        tuner = _restore(spec, path, name, trainable, fs)
+    else:
+        tune_config = _tune_config(
+            spec, stage, search_alg, scheduler, num_samples, metric, mode, concurrency
+        )
+        callbacks = [
+            ConsoleReporter(say, stage, total or num_samples, _stopper(scheduler, stop)),
+            InterruptWatch(name),
+        ]
+        run_config = _run_config(spec, name, storage, fs, verbose, callbacks, stop)
+        tuner = tune.Tuner(
+            trainable, param_space=param_space, tune_config=tune_config, run_config=run_config
+        )
+    results = _fit(tuner, spec, stage, name)
+    if resume:
+        recompute_missing(spec, stage, results, say)
+    return results
+
+
+def _trainable(spec: SweepSpec, stage: str, reference, verbose: int, mlflow):
+    """The stage's trial class with its arguments and what each trial reserves (its driver's
+    bundle and, on the Ray engine, its client workers')."""
+    from ray import tune
+
+    return tune.with_resources(
         tune.with_parameters(
             FLTrainable,
             spec=spec,
@@ -83,61 +110,70 @@ def launch(
         ),
         tune.PlacementGroupFactory(spec.trial.bundles()),
     )
-    path = f"{storage}/{name}"
-    if resume and tune.Tuner.can_restore(path, storage_filesystem=fs):
-        if fs is None:  # a local or mounted folder: its owner and modes say who wrote it
-            check_tune_state_is_yours(path)
-        check_trial_checkpoints(spec.results_dir, name)
-        tuner = tune.Tuner.restore(
-            path,
-            trainable=trainable,
-            resume_unfinished=True,
-            resume_errored=True,
-            storage_filesystem=fs,
-        )
-    else:
-        tuner = tune.Tuner(
-            trainable,
-            param_space=param_space,
-            tune_config=tune.TuneConfig(
-                search_alg=search_alg,
-                scheduler=scheduler,
-                num_samples=num_samples,
-                metric=metric,
-                mode=mode,
-                # a grid generator carries its own limit (set in make_searcher)
-                max_concurrent_trials=None
-                if _is_variant_generator(search_alg) or _synchronous(spec, stage)
-                else concurrency,
-                trial_name_creator=lambda trial: trial_label(stage, trial),
-                trial_dirname_creator=lambda trial: trial_label(stage, trial),
-                # one trial process serves trial after trial: no fresh Ray worker, no repeated
-                # imports; every run builds its own state from its config and seed
-                reuse_actors=spec.trial.reuse_actors,
-            ),
-            run_config=tune.RunConfig(
-                name=name,
-                storage_path=storage,
-                storage_filesystem=fs,
-                verbose=min(verbose, 3),
-                # a trial whose process or node died continues from its last checkpoint
-                failure_config=tune.FailureConfig(max_failures=int(spec.trial.max_failures)),
-                callbacks=[
-                    ConsoleReporter(say, stage, total or num_samples, _stopper(scheduler, stop)),
-                    InterruptWatch(name),
-                ],
-                # a trial's step is one round: Tune saves its run's checkpoint every
-                # checkpoint_every rounds (and when a scheduler pauses it)
-                checkpoint_config=tune.CheckpointConfig(
-                    num_to_keep=2, checkpoint_frequency=int(spec.checkpoint_every)
-                ),
-                stop=stop,
-            ),
-        )
-    results = _fit(tuner, spec, stage, name)
-    if resume:
-        recompute_missing(spec, stage, results, say)
-    return results
+
+
+def _tune_config(spec, stage, search_alg, scheduler, num_samples, metric, mode, concurrency):
+    """Tune's ``TuneConfig`` of a new stage: its searcher, scheduler and concurrency, trial
+    names after our labels, one trial process reused trial after trial."""
+    from ray import tune
+
+    from .console import trial_label
+
+    return tune.TuneConfig(
+        search_alg=search_alg,
+        scheduler=scheduler,
+        num_samples=num_samples,
+        metric=metric,
+        mode=mode,
+        # a grid generator carries its own limit (set in make_searcher)
+        max_concurrent_trials=None
+        if _is_variant_generator(search_alg) or _synchronous(spec, stage)
+        else concurrency,
+        trial_name_creator=lambda trial: trial_label(stage, trial),
+        trial_dirname_creator=lambda trial: trial_label(stage, trial),
+        # one trial process serves trial after trial: no fresh Ray worker, no repeated
+        # imports; every run builds its own state from its config and seed
+        reuse_actors=spec.trial.reuse_actors,
+    )
+
+
+def _restore(spec: SweepSpec, path: str, name: str, trainable, fs):
+    """The stage's Tune experiment as it was left, after checking that its state is the
+    user's own and that every trial's newest checkpoint reads."""
+    from ray import tune
+
+    if fs is None:  # a local or mounted folder: its owner and modes say who wrote it
+        check_tune_state_is_yours(path)
+    check_trial_checkpoints(spec.results_dir, name)
+    return tune.Tuner.restore(
+        path,
+        trainable=trainable,
+        resume_unfinished=True,
+        resume_errored=True,
+        storage_filesystem=fs,
+    )
+
+
+def _run_config(spec: SweepSpec, name: str, storage, fs, verbose: int, callbacks, stop):
+    """Tune's ``RunConfig`` of a stage: where its state lives, restarts after a dead process,
+    our console and Ctrl-C watch, and a checkpoint every ``checkpoint_every`` rounds."""
+    from ray import tune
+
+    return tune.RunConfig(
+        name=name,
+        storage_path=storage,
+        storage_filesystem=fs,
+        verbose=min(verbose, 3),
+        # a trial whose process or node died continues from its last checkpoint
+        failure_config=tune.FailureConfig(max_failures=int(spec.trial.max_failures)),
+        callbacks=callbacks,
+        # a trial's step is one round: Tune saves its run's checkpoint every
+        # checkpoint_every rounds (and when a scheduler pauses it)
+        checkpoint_config=tune.CheckpointConfig(
+            num_to_keep=2, checkpoint_frequency=int(spec.checkpoint_every)
+        ),
+        stop=stop,
+    )
 
 
 def set_aside_damaged(results_dir: str, say) -> list[str]:

@@ -1,49 +1,11 @@
 """Declarative sweep files: validated into a frozen :class:`SweepSpec` with clear errors.
 
-A sweep file has a ``base`` run config (see ``reuse_ray.config``) and these blocks::
-
-    name: quickstart                 # the sweep's name (results and Tune experiment)
-    base: {...}                      # the run config every trial starts from
-    search:
-      space: <method>                # a method's registered space, define-by-run (tpe, nsga2,
-                                     # random); or search_spaces/<space>.py
-      searcher: tpe                  # tpe | nsga2 | random | grid | none (protocol: no search,
-                                     # every grid point goes straight to the final stage)
-      objective: val_acc             # val_acc | pareto | retention
-      num_samples: 8                 # trials (grid: repeats of the full grid)
-      seed: 0                        # seeds the searcher
-      grid: {method.topk_ratio: [1.0, 0.2]}   # grid searcher: the cross product of these
-      retention: 0.98                # retention objective: keep >= 98 % of the reference's val acc
-      reference: {method.name: fedavg, method.topk_ratio: 1.0}   # the reference run's overrides
-      max_concurrent_trials: 0       # 0: as many as the cluster's resources allow
-      scheduler: none                # none | asha | hyperband: stop weak trials early, with
-                                     # rungs on evaluation rounds (max_t: the final round)
-      grace_period: 1                # asha: the first rung, in rounds
-      reduction_factor: 3            # asha, hyperband: a rung keeps 1/reduction_factor
-      client_rounds: 0               # a budget: stop once the trials trained this many clients
-                                     # x rounds (0: none; num_samples caps the trials)
-      reeval_top: 0                  # robust selection: the best N search configurations are
-      reeval_seeds: []               # re-run on these further search seeds (validation only)
-                                     # and chosen by their mean objective
-    trial:                           # resources one trial reserves up front (placement group)
-      backend: local                 # local: the trial process trains; ray: + worker actors
-      cpus: 1                        # local: CPUs of the trial process; ray: of its driver
-      workers: 1                     # ray: client-worker actors per trial
-      cpu_per_worker: 1
-      gpu_fraction: 0                # ray: GPU share of each worker (0: CPU workers)
-      resources: {}                  # custom resources of the trial driver's bundle
-      max_failures: 2                # restarts from the last checkpoint after a crash
-      reuse_actors: true             # one trial process runs trial after trial
-    checkpoint_every: 5              # rounds between trial checkpoints (server state, caches)
-    final:                           # optional: the test-split stage
-      seeds: [1001, 1002]            # fresh seeds, never used by the search
-      top: 1                         # how many selected configurations
-      compare: [{method.name: fedavg}]   # reference configs run on the same seeds (paired);
-                                     # an entry's own keys: label (its name in the runs
-                                     # table) and seeds (a subset of final.seeds)
-    results_dir: sweeps/quickstart   # relative: below the results root ($REUSE_RAY_RESULTS,
-                                     # else ~/reuse_ray_results), a fresh dated folder per
-                                     # sweep; absolute or a URI (s3://…): that exact folder
+A sweep file has a ``base`` run config (``reuse_ray.config``), a ``search`` block (what is
+searched, by which searcher, on which objective, under which scheduler and budget), a ``trial``
+block (what one trial reserves), an optional ``final`` block (fresh seeds, references) and
+``results_dir``; every key, its default and what is allowed are in ``docs/reference.md``,
+generated from the dataclasses below and the comments beside their fields. Every check names
+the field and what is allowed.
 """
 
 from __future__ import annotations
@@ -65,7 +27,11 @@ from .fields import (
     _positive,
     _seed,
     _take,
+    apply_scale,
     check_budget,
+    check_fresh_seeds,
+    check_name,
+    check_share,
 )
 
 SEARCHERS = ("tpe", "nsga2", "random", "grid", "none")
@@ -242,12 +208,33 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
         raise ConfigError("base", f"{source} has no base: run config")
     base = raw.get("base") or {}
     _validate(base)
-    name = raw.get("name") or Path(source).stem
-    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
-        raise ConfigError("name", f"{name!r}; allowed: letters, digits, '-' and '_'")
+    name = check_name(raw.get("name") or Path(source).stem)
+    search = _parse_search(raw.get("search"), base)
+    final = _parse_final(raw.get("final"))
+    results_dir = raw.get("results_dir") or f"sweeps/{name}"
+    if not isinstance(results_dir, str):
+        raise ConfigError("results_dir", f"{results_dir!r}; allowed: a path or a URI")
+    # never relative to the working directory: Tune runs each trial in its own, and under
+    # `ray job submit` it is a package cache on the head node
+    location, relative = anchored(results_dir)
+    spec = SweepSpec(
+        name=name,
+        base=base,
+        search=search,
+        trial=parse_trial(raw.get("trial")),
+        final=final,
+        results_dir=location,
+        checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
+        dated=relative,
+    )
+    _check_seeds(spec)
+    return spec
 
-    s = _take(raw.get("search"), "search", tuple(SearchSpec.__dataclass_fields__))
-    search = SearchSpec(**s)
+
+def _parse_search(raw: Any, base: dict[str, Any]) -> SearchSpec:
+    """The ``search:`` block, checked field by field and against the base run config (its
+    rounds for the scheduler, its clients for the budget, every grid point a valid config)."""
+    search = SearchSpec(**_take(raw, "search", tuple(SearchSpec.__dataclass_fields__)))
     if search.space is not None and not isinstance(search.space, str):
         raise ConfigError("search.space", f"expected a space name, got {search.space!r}")
     _choice("search.searcher", search.searcher, SEARCHERS)
@@ -258,9 +245,21 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     for key in ("grid", "reference"):
         if not isinstance(getattr(search, key), dict):
             raise ConfigError(f"search.{key}", "expected a mapping of dotted run-config fields")
-    r = search.retention
-    if isinstance(r, bool) or not isinstance(r, int | float) or not 0 < r <= 1:
-        raise ConfigError("search.retention", f"{r!r}; allowed: a number in (0, 1]")
+    check_share("search.retention", search.retention)
+    _check_searcher(search)
+    _check_scheduler(search, _validate(_deep_copy(base)).fl.rounds)
+    search = _check_reeval(search)
+    _positive("search.client_rounds", search.client_rounds, integer=True, zero=True)
+    if search.client_rounds and search.searcher == "none":
+        raise ConfigError("search.client_rounds", "searcher none runs no search to budget")
+    check_budget("search.client_rounds", search.client_rounds, _validate(_deep_copy(base)))
+    _check_grid(search, base)
+    return search
+
+
+def _check_searcher(search: SearchSpec) -> None:
+    """A searcher's own needs: a grid for grid and none, a space for the samplers (and no
+    grid, which they would ignore), a multi-objective sampler for pareto."""
     if search.searcher in ("grid", "none"):
         if not search.grid:
             raise ConfigError("search.grid", f"the {search.searcher} searcher needs a grid")
@@ -275,20 +274,18 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
         )
     if search.objective == "pareto" and search.searcher not in ("nsga2", "random", "grid"):
         raise ConfigError("search.objective", "pareto needs searcher nsga2, random or grid")
-    _check_scheduler(search, _validate(_deep_copy(base)).fl.rounds)
-    search = _check_reeval(search)
-    _positive("search.client_rounds", search.client_rounds, integer=True, zero=True)
-    if search.client_rounds and search.searcher == "none":
-        raise ConfigError("search.client_rounds", "searcher none runs no search to budget")
-    check_budget("search.client_rounds", search.client_rounds, _validate(_deep_copy(base)))
     if search.space:
         from .spaces import load_space
 
         load_space(search.space)
+
+
+def _check_grid(search: SearchSpec, base: dict[str, Any]) -> None:
+    """Every grid point is a valid run config (named by its grid key)."""
     for key, values in search.grid.items():
         if not isinstance(values, list) or not values:
             raise ConfigError(f"search.grid.{key}", "expected a non-empty list of values")
-        for v in values:  # every grid point must be a valid run config
+        for v in values:
             probe = _deep_copy(base)
             set_dotted(probe, key, v)
             try:
@@ -296,40 +293,29 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
             except ConfigError as err:
                 raise ConfigError(f"search.grid.{key}", str(err)) from None
 
-    trial = parse_trial(raw.get("trial"))
 
-    final = None
-    if raw.get("final") is not None:
-        f = _take(raw.get("final"), "final", ("seeds", "top", "compare"))
-        seeds, compare = f.get("seeds") or (), f.get("compare") or ()
-        if not isinstance(seeds, list | tuple) or not seeds:
-            raise ConfigError("final.seeds", "the final stage needs a list of fresh seeds")
-        for v in seeds:
-            _seed("final.seeds", v)
-        if not isinstance(compare, list | tuple) or not all(isinstance(c, dict) for c in compare):
-            raise ConfigError("final.compare", "expected a list of mappings of run-config fields")
-        compare = tuple(_compare_entry(j, c, seeds) for j, c in enumerate(compare))
-        final = FinalSpec(tuple(seeds), f.get("top", 1), compare)
-        _positive("final.top", final.top, integer=True)
-    results_dir = raw.get("results_dir") or f"sweeps/{name}"
-    if not isinstance(results_dir, str):
-        raise ConfigError("results_dir", f"{results_dir!r}; allowed: a path or a URI")
-    # never relative to the working directory: Tune runs each trial in its own, and under
-    # `ray job submit` it is a package cache on the head node
-    location, relative = anchored(results_dir)
-    spec = SweepSpec(
-        name=name,
-        base=base,
-        search=search,
-        trial=trial,
-        final=final,
-        results_dir=location,
-        checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
-        dated=relative,
-    )
+def _parse_final(raw: Any) -> FinalSpec | None:
+    """The ``final:`` block: fresh seeds, how many configurations, the references."""
+    if raw is None:
+        return None
+    f = _take(raw, "final", ("seeds", "top", "compare"))
+    seeds, compare = f.get("seeds") or (), f.get("compare") or ()
+    seeds = check_fresh_seeds("final.seeds", seeds, set(), "the final stage")
+    if not isinstance(compare, list | tuple) or not all(isinstance(c, dict) for c in compare):
+        raise ConfigError("final.compare", "expected a list of mappings of run-config fields")
+    compare = tuple(_compare_entry(j, c, seeds) for j, c in enumerate(compare))
+    final = FinalSpec(tuple(seeds), f.get("top", 1), compare)
+    _positive("final.top", final.top, integer=True)
+    return final
+
+
+def _check_seeds(spec: SweepSpec) -> None:
+    """The search's seeds, robust selection's and the final stage's are disjoint, and an
+    unsearched grid has a final stage to run in."""
+    search, final = spec.search, spec.final
     if search.searcher == "none" and final is None:
         raise ConfigError("final", "searcher none runs the grid in the final stage; add final:")
-    base_seed = int(base.get("seed", RunConfig().seed))
+    base_seed = int(spec.base.get("seed", RunConfig().seed))
     if base_seed in search.reeval_seeds:
         raise ConfigError(
             "search.reeval_seeds", f"{base_seed} is the search's own seed; allowed: further seeds"
@@ -341,7 +327,6 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
                 "final.seeds",
                 f"{reused} were used by the search; allowed: seeds the search never used",
             )
-    return spec
 
 
 def _compare_entry(j: int, entry: dict[str, Any], seeds) -> dict[str, Any]:
@@ -443,8 +428,12 @@ def parse_trial(raw: Any) -> TrialSpec:
     return trial
 
 
-def load_sweep(path: str | Path, overrides: list[str] | None = None) -> SweepSpec:
-    """Read, override (``a.b=value``, dotted from the file's root) and validate a sweep file."""
+def load_sweep(
+    path: str | Path, overrides: list[str] | None = None, scale: str | None = None
+) -> SweepSpec:
+    """Read a sweep file, apply a named scale and ``a.b=value`` overrides (dotted from the
+    file's root), and validate it."""
     raw = load_yaml_mapping(path, "sweep file")
+    apply_scale(raw, scale)
     apply_overrides(raw, overrides or [])
     return parse_sweep(raw, str(path))

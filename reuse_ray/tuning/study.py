@@ -106,11 +106,13 @@ def run_study(
     verbose: int = 0,
     mlflow: str | None = None,
     address: str | None = None,
+    final_only: bool = False,
 ) -> pd.DataFrame:
-    """Search, select and rerun every arm on every workload; returns the final-stage runs."""
+    """Search (unless ``final_only``: the search's runs must be in the results), select and
+    rerun every arm on every workload; returns the final-stage runs."""
     from .sweep import report_at_end
 
-    spec, started, t0 = _open(spec, resume, say, address)
+    spec, started, t0 = _open(spec, resume or final_only, say, address)
     final_runs, gaps, choices = [], {}, {}
     store = Storage.of(spec.results_dir)
 
@@ -123,7 +125,9 @@ def run_study(
 
     try:
         for w in spec.workloads:
-            finals_w, gaps[w] = _workload(spec, w, resume, say, verbose, mlflow, chose)
+            finals_w, gaps[w] = _workload(
+                spec, w, resume or final_only, say, verbose, mlflow, chose, final_only
+            )
             final_runs.append(finals_w)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the study is recorded as interrupted
         meta = dict(_metadata(spec, started, None, "interrupted"), choices=choices)
@@ -185,10 +189,18 @@ def _open(spec: StudySpec, resume: bool, say, address: str | None) -> tuple[Stud
 
 
 def _workload(
-    spec: StudySpec, w: str, resume: bool, say, verbose: int, mlflow: str | None, chose=None
+    spec: StudySpec,
+    w: str,
+    resume: bool,
+    say,
+    verbose: int,
+    mlflow: str | None,
+    chose=None,
+    final_only: bool = False,
 ) -> tuple[pd.DataFrame, dict]:
-    """One workload: every arm's search, its selection (after robust re-evaluation, if asked),
-    then the final stage; returns its final runs and the selection gaps per arm."""
+    """One workload: every arm's search (unless ``final_only``), its selection (after robust
+    re-evaluation, if asked), then the final stage; returns its final runs and the selection
+    gaps per arm."""
     import ray
     from ray import tune
 
@@ -197,22 +209,12 @@ def _workload(
     sweep = spec.sweep_spec(w)
     concurrency = derive_concurrency(sweep, ray.cluster_resources())
     points = [dict(p, label=a.name) for a in spec.arms for p in arm_points(spec, a)]
-    per_round = sweep.run_config().fl.clients_per_round
-    budget, n = sweep.search.client_rounds, spec.trials_per_arm
-    say(
-        f"[{w}] search: {len(points)} trials ({n} per arm), {concurrency} at a time"
-        if not budget
-        else f"[{w}] search: up to {n} configurations per arm, {budget} client-rounds per "
-        f"arm, {concurrency} trials at a time"
-    )
     run = Launcher(concurrency, resume, say, verbose, mlflow)
-    run(
-        sweep,
-        "search",
-        total=f"at most {len(points)}" if budget else len(points),
-        **_search_args(spec, sweep, points, per_round),
-    )
-    trials = _trials(spec, sweep, points)
+    if final_only:
+        trials = _finished_search(spec, sweep, points, w)
+    else:
+        _search(spec, sweep, points, run, w)
+        trials = _trials(spec, sweep, points)
     if spec.search.reeval_top:
         trials = study_select.reeval(spec, sweep, trials, _trials, run)
     trials = study_select.selection_values(trials, spec)
@@ -224,7 +226,7 @@ def _workload(
     write_trials(spec.results_dir, sweep.name, trials.drop(columns=["trial_index"]))
     if chose is not None:
         chose(w, choices_record(spec, chosen, unable, limits))
-    for line in study_select.budget_lines(trials, spec, budget):
+    for line in study_select.budget_lines(trials, spec, sweep.search.client_rounds):
         say(f"[{w}] {line}")
     for line in _chosen_lines(spec, chosen, unable, limits):
         say(f"[{w}] {line}")
@@ -245,6 +247,36 @@ def _workload(
             )
         )
     return finals_w, gaps
+
+
+def _search(spec: StudySpec, sweep: SweepSpec, points: list, run, w: str) -> None:
+    """The workload's validation-only search stage: every arm's points, each arm's budget."""
+    per_round = sweep.run_config().fl.clients_per_round
+    budget, n = sweep.search.client_rounds, spec.trials_per_arm
+    run.say(
+        f"[{w}] search: {len(points)} trials ({n} per arm), {run.concurrency} at a time"
+        if not budget
+        else f"[{w}] search: up to {n} configurations per arm, {budget} client-rounds per "
+        f"arm, {run.concurrency} trials at a time"
+    )
+    run(
+        sweep,
+        "search",
+        total=f"at most {len(points)}" if budget else len(points),
+        **_search_args(spec, sweep, points, per_round),
+    )
+
+
+def _finished_search(spec: StudySpec, sweep: SweepSpec, points: list, w: str) -> pd.DataFrame:
+    """``--final``: the workload's search trials as its runs table records them; a search that
+    has no finished run there is the user's error."""
+    trials = _trials(spec, sweep, points)
+    if not len(trials) or not trials["status"].eq("finished").any():
+        raise UserError(
+            f"--final needs a finished search: workload {w!r} has no finished search run in "
+            f"{display(spec.results_dir)} — run the study (or --resume it) first"
+        )
+    return trials
 
 
 def _chosen_lines(

@@ -5,7 +5,6 @@ are the sweep file's (:mod:`reuse_ray.tuning.spec`)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,7 +14,14 @@ from ..config import ConfigError
 from ..configio import apply_overrides
 from ..results.storage import anchored
 from ..yamlio import load_yaml_mapping
-from .fields import _deep_copy, check_budget
+from .fields import (
+    _deep_copy,
+    apply_scale,
+    check_budget,
+    check_fresh_seeds,
+    check_name,
+    check_share,
+)
 from .spec import (
     SearchSpec,
     SweepSpec,
@@ -166,10 +172,60 @@ def _range(path: str, value: Any) -> tuple[float, float, bool]:
 def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
     """Validate a study mapping; every error names the field and what is allowed."""
     raw = _take(raw, "<root>", TOP)
-    name = raw.get("name") or Path(source).stem
-    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
-        raise ConfigError("name", f"{name!r}; allowed: letters, digits, '-' and '_'")
-    workloads = raw.get("workloads")
+    name = check_name(raw.get("name") or Path(source).stem)
+    workloads = _workloads(raw.get("workloads"))
+    arms = _arms(raw.get("arms"))
+    trials_per_arm, budgets, sampler_seed = _budget(raw.get("budget"), workloads)
+    shared_raw = raw.get("shared") or {"train.lr": [0.01, 0.2, "log"]}
+    if not isinstance(shared_raw, dict):
+        raise ConfigError("shared", "expected a mapping of dotted field -> [low, high, log]")
+    objectives = tuple(raw.get("objectives") or ("val_acc", "retention"))
+    for o in objectives:
+        _choice("objectives", o, OBJECTIVES)
+    if objectives[0] != "val_acc":
+        raise ConfigError(
+            "objectives",
+            "the first objective names each arm's main selection; allowed first: val_acc",
+        )
+    names = tuple(a.name for a in arms)
+    ref = raw.get("retention_reference", names[0])
+    _choice("retention_reference", ref, names)
+    compare_to = tuple(raw.get("compare_to") or ())
+    for c in compare_to:
+        _choice("compare_to", c, names)
+    final = _take(raw.get("final"), "final", ("seeds",))
+    searched = {int(b.get("seed", 0)) for b in workloads.values()}
+    seeds = check_fresh_seeds("final.seeds", final.get("seeds"), searched, "the study")
+    location, relative = anchored(raw.get("results_dir") or f"studies/{name}")
+    spec = StudySpec(
+        name=name,
+        workloads={str(k): v for k, v in workloads.items()},
+        arms=arms,
+        trials_per_arm=int(trials_per_arm),
+        sampler_seed=sampler_seed,
+        shared={k: _range(f"shared.{k}", v) for k, v in shared_raw.items()},
+        topk_range=_range("topk_range", raw.get("topk_range", [0.01, 1.0, "log"])),
+        objectives=objectives,
+        retention=check_share("retention", raw.get("retention", 0.98)),
+        retention_reference=ref,
+        final_seeds=seeds,
+        compare_to=compare_to,
+        targets=_targets(raw.get("targets"), workloads),
+        trial=parse_trial(raw.get("trial")),
+        checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
+        results_dir=location,
+        dated=relative,
+        search=_search(raw.get("search"), workloads, seeds),
+        client_rounds=budgets,
+        uplink_levels=_levels(raw.get("uplink_levels")),
+        target_of_reference=_fraction("target_of_reference", raw.get("target_of_reference", 0)),
+    )
+    _check_arm_points(spec)
+    return spec
+
+
+def _workloads(workloads: Any) -> dict[str, Any]:
+    """``workloads``: name -> a base run config, each valid."""
     if not isinstance(workloads, dict) or not workloads:
         raise ConfigError("workloads", "expected a mapping of workload name -> base run config")
     for w, base in workloads.items():
@@ -179,7 +235,11 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
             _validate(base)
         except ConfigError as err:
             raise ConfigError(f"workloads.{w}", str(err)) from None
-    arms_raw = raw.get("arms")
+    return workloads
+
+
+def _arms(arms_raw: Any) -> tuple[Arm, ...]:
+    """``arms``: name -> ``fixed`` fields (with method.name) and a registered ``space``."""
     if not isinstance(arms_raw, dict) or not arms_raw:
         raise ConfigError("arms", "expected a mapping of arm name -> {fixed: {...}, space: ...}")
     arms = []
@@ -200,13 +260,19 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
             except ConfigError as err:
                 raise ConfigError(f"arms.{a}.space", str(err).split(": ", 1)[-1]) from None
         arms.append(Arm(str(a), dict(fixed), space))
-    budget = _take(raw.get("budget"), "budget", ("trials_per_arm", "seed", "client_rounds"))
+    return tuple(arms)
+
+
+def _budget(raw: Any, workloads: dict[str, Any]) -> tuple[int, dict[str, int], int]:
+    """``budget``: (configurations per arm, client-rounds per arm on each workload, the
+    sampler's seed); a client-round budget is one number or one per workload."""
+    budget = _take(raw, "budget", ("trials_per_arm", "seed", "client_rounds"))
     trials_per_arm = budget.get("trials_per_arm", 6)
     _positive("budget.trials_per_arm", trials_per_arm, integer=True)
     client_rounds = budget.get("client_rounds", 0)
-    if isinstance(client_rounds, dict):  # per workload: its rounds and clients differ
-        unknown = sorted(set(client_rounds) - set(workloads))
-        if unknown or set(client_rounds) != set(workloads):
+    per_workload = isinstance(client_rounds, dict)  # their rounds and clients differ
+    if per_workload:
+        if set(client_rounds) != set(workloads):
             raise ConfigError(
                 "budget.client_rounds",
                 f"{sorted(client_rounds)}; allowed: one number, or one per workload "
@@ -219,91 +285,33 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
         _positive("budget.client_rounds", client_rounds, integer=True, zero=True)
         budgets = {str(w): int(client_rounds) for w in workloads}
     for w, v in budgets.items():
-        named = "budget.client_rounds" + (f".{w}" if isinstance(client_rounds, dict) else "")
+        named = "budget.client_rounds" + (f".{w}" if per_workload else "")
         check_budget(named, v, _validate(_deep_copy(workloads[w])))
     sampler_seed = budget.get("seed", 0)
     _seed("budget.seed", sampler_seed)
-    shared_raw = raw.get("shared") or {"train.lr": [0.01, 0.2, "log"]}
-    if not isinstance(shared_raw, dict):
-        raise ConfigError("shared", "expected a mapping of dotted field -> [low, high, log]")
-    shared = {k: _range(f"shared.{k}", v) for k, v in shared_raw.items()}
-    topk_range = _range("topk_range", raw.get("topk_range", [0.01, 1.0, "log"]))
-    objectives = tuple(raw.get("objectives") or ("val_acc", "retention"))
-    for o in objectives:
-        _choice("objectives", o, OBJECTIVES)
-    if objectives[0] != "val_acc":
-        raise ConfigError(
-            "objectives",
-            "the first objective names each arm's main selection; allowed first: val_acc",
-        )
-    retention = raw.get("retention", 0.98)
-    if (
-        isinstance(retention, bool)
-        or not isinstance(retention, int | float)
-        or not (0 < retention <= 1)
-    ):
-        raise ConfigError("retention", f"{retention!r}; allowed: a number in (0, 1]")
-    names = [a.name for a in arms]
-    ref = raw.get("retention_reference", names[0])
-    _choice("retention_reference", ref, tuple(names))
-    compare_to = tuple(raw.get("compare_to") or ())
-    for c in compare_to:
-        _choice("compare_to", c, tuple(names))
-    final = _take(raw.get("final"), "final", ("seeds",))
-    seeds = final.get("seeds")
-    if not isinstance(seeds, list | tuple) or not seeds:
-        raise ConfigError("final.seeds", "the study needs a list of fresh seeds (5 or more)")
-    for s in seeds:
-        _seed("final.seeds", s)
-    search_seeds = {int(b.get("seed", 0)) for b in workloads.values()}
-    reused = sorted(set(seeds) & search_seeds)
-    if reused:
-        raise ConfigError(
-            "final.seeds", f"{reused} were used by the search; allowed: seeds the search never used"
-        )
-    targets = raw.get("targets") or {}
+    return trials_per_arm, budgets, sampler_seed
+
+
+def _targets(targets: Any, workloads: dict[str, Any]) -> dict[str, float]:
+    """``targets``: workload -> a validation accuracy for bytes to target."""
+    targets = targets or {}
     if not isinstance(targets, dict) or any(w not in workloads for w in targets):
         raise ConfigError(
             "targets",
             f"expected workload -> validation accuracy, workloads: {', '.join(workloads)}",
         )
-    for w, v in targets.items():
-        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v <= 1:
-            raise ConfigError(f"targets.{w}", f"{v!r}; allowed: a number in (0, 1]")
-    search = _search(raw.get("search"), workloads, seeds)
-    trial = parse_trial(raw.get("trial"))
-    location, relative = anchored(raw.get("results_dir") or f"studies/{name}")
-    spec = StudySpec(
-        name=name,
-        workloads={str(k): v for k, v in workloads.items()},
-        arms=tuple(arms),
-        trials_per_arm=int(trials_per_arm),
-        sampler_seed=sampler_seed,
-        shared=shared,
-        topk_range=topk_range,
-        objectives=objectives,
-        retention=float(retention),
-        retention_reference=ref,
-        final_seeds=tuple(seeds),
-        compare_to=compare_to,
-        targets={str(k): float(v) for k, v in targets.items()},
-        trial=trial,
-        checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
-        results_dir=location,
-        dated=relative,
-        search=search,
-        client_rounds=budgets,
-        uplink_levels=_levels(raw.get("uplink_levels")),
-        target_of_reference=_fraction("target_of_reference", raw.get("target_of_reference", 0)),
-    )
-    for a in spec.arms:  # every arm's first point must be a valid run on every workload
+    return {str(w): check_share(f"targets.{w}", v) for w, v in targets.items()}
+
+
+def _check_arm_points(spec: StudySpec) -> None:
+    """Every arm's first point is a valid run on every workload."""
+    for a in spec.arms:
         point = arm_points(spec, a, count=1)[0]
         for w in spec.workloads:
             try:
                 spec.sweep_spec(w).run_config(point)
             except ConfigError as err:
                 raise ConfigError(f"arms.{a.name}", f"on workload {w}: {err}") from None
-    return spec
 
 
 def _search(raw: Any, workloads: dict, final_seeds) -> SearchSpec:
@@ -344,14 +352,7 @@ def load_study(
     """Read a study file, apply a named scale (``scales.<name>``: dotted overrides) and
     ``--set`` overrides, and validate it."""
     raw = load_yaml_mapping(path, "study file")
-    scales = raw.pop("scales", None) or {}
-    if scale is not None:
-        if scale not in scales:
-            raise ConfigError("--scale", f"{scale!r}; allowed: {', '.join(scales) or 'none'}")
-        block = scales[scale]
-        if not isinstance(block, dict):
-            raise ConfigError(f"scales.{scale}", "expected a mapping of dotted overrides")
-        apply_overrides(raw, [f"{k}={json.dumps(v)}" for k, v in block.items()])
+    apply_scale(raw, scale)
     apply_overrides(raw, overrides or [])
     spec = parse_study(raw, str(path))
     return dataclasses.replace(spec, scale=scale)

@@ -141,12 +141,14 @@ def run_sweep(
     say=print,
     verbose: int = 0,
     mlflow: str | None = None,
+    address: str | None = None,
 ) -> SweepOutcome:
     """Search (unless ``final_only``), write the trials table, then the final stage.
 
     ``verbose``: 0 prints our own trial lines only; 1 adds Tune's status tables; 2 also every
-    trial's per-round lines."""
-    spec, run = _open(spec, resume, final_only, say, verbose, mlflow)
+    trial's per-round lines. ``address``: the Ray cluster to join (else the base config's
+    ``engine.ray_address``, else ``$RAY_ADDRESS``, else a new local Ray)."""
+    spec, run = _open(spec, resume, final_only, say, verbose, mlflow, address)
     trials_path = join(spec.results_dir, trials_file(spec.name))
     reference = None
     if spec.search.searcher == "none":
@@ -169,12 +171,14 @@ def run_sweep(
     return SweepOutcome(spec.results_dir, trials, selected, final_runs)
 
 
-def _open(spec: SweepSpec, resume, final_only, say, verbose, mlflow) -> tuple[SweepSpec, Launcher]:
+def _open(
+    spec: SweepSpec, resume, final_only, say, verbose, mlflow, address=None
+) -> tuple[SweepSpec, Launcher]:
     """Connect, name the sweep's folder (after connecting: a cluster that does not answer
     leaves no dated folder behind), refuse a start over results or a resume of nothing."""
     from ..distributed import ensure_ray
 
-    ensure_ray((spec.base.get("engine") or {}).get("ray_address"))
+    ensure_ray(address or (spec.base.get("engine") or {}).get("ray_address"))
     spec = sweep_folder(spec, resume or final_only)
     store = Storage.of(spec.results_dir)
     where = display(spec.results_dir)

@@ -121,19 +121,7 @@ def search_trials(
             run_id = spec.run_config(params if seed is None else {**params, "seed": seed}).run_id
         except Exception:  # noqa: BLE001 - a bad parameter combination is reported as an error
             run_id = None
-        # a trial that raised (Tune's error), or one a user error ended (its last report)
-        failed = r.error is not None or metrics.get("status") == "error"
-        status = "error" if failed else metrics.get("status", "unknown")
-        val = metrics.get("val_acc")
-        saving = metrics.get("cum_saving_restricted")
-        reached = metrics.get("round")
-        if run_id is not None and runs is not None and run_id in runs.index:
-            # the runs table is the record: a run that diverged before its first evaluation has
-            # no validation accuracy there (NaN), whatever Tune was told to keep its searcher going
-            status = runs.loc[run_id, "status"] if not failed else "error"
-            val = _float_or_nan(runs.loc[run_id, "final_val_acc"])
-            saving = _float_or_nan(runs.loc[run_id, "cum_saving_restricted"])
-            reached = int(runs.loc[run_id, "rounds_completed"])
+        status, val, saving, reached = _recorded(r, metrics, run_id, runs)
         known = val is not None and not math.isnan(val)
         value = objective_value(
             spec.search.objective, val, saving, reference, spec.search.retention
@@ -165,6 +153,25 @@ def search_trials(
         if ok.any():
             df.loc[ok, "on_pareto_front"] = pareto_front(df[ok]).to_numpy()
     return df
+
+
+def _recorded(result, metrics: dict, run_id: str | None, runs) -> tuple:
+    """(status, val_acc, saving, round reached) of a trial: the runs table's record where it has
+    the run, else what the trial reported; a trial that raised or that a user error ended is
+    ``error`` either way."""
+    # a trial that raised (Tune's error), or one a user error ended (its last report)
+    failed = result.error is not None or metrics.get("status") == "error"
+    status = "error" if failed else metrics.get("status", "unknown")
+    val, saving = metrics.get("val_acc"), metrics.get("cum_saving_restricted")
+    reached = metrics.get("round")
+    if run_id is not None and runs is not None and run_id in runs.index:
+        # the runs table is the record: a run that diverged before its first evaluation has
+        # no validation accuracy there (NaN), whatever Tune was told to keep its searcher going
+        status = runs.loc[run_id, "status"] if not failed else "error"
+        val = _float_or_nan(runs.loc[run_id, "final_val_acc"])
+        saving = _float_or_nan(runs.loc[run_id, "cum_saving_restricted"])
+        reached = int(runs.loc[run_id, "rounds_completed"])
+    return status, val, saving, reached
 
 
 def _error_text(err: BaseException) -> str:

@@ -143,12 +143,23 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
 
         said: list[str] = []
         final = run_study(spec, say=said.append)
-        # --resume where no study was started: one line, nothing run, no folder made
+        before = read_table(out, "runs").sort_values("run_id").reset_index(drop=True)
+        # --final, as for a sweep: no search stage, the choice from the search's runs, the
+        # final stage's runs kept (each already finished): the same runs, the same rows
+        again: list[str] = []
+        final_again = run_study(spec, final_only=True, say=again.append)
+        assert not any("[digits] search:" in line for line in again)
+        assert sorted(final_again["run_id"]) == sorted(final["run_id"])
+        after = read_table(out, "runs").sort_values("run_id").reset_index(drop=True)
+        pd.testing.assert_frame_equal(before, after)
+        # --resume or --final where no study was started: one line, nothing run, no folder
         from reuse_ray.errors import UserError
 
         empty = load_study(STUDY, [f"results_dir={tmp_path / 'none'}"], scale="small")
         with pytest.raises(UserError, match="nothing to resume in .*no study 'study'"):
             run_study(empty, resume=True, say=said.append)
+        with pytest.raises(UserError, match="no study 'study'"):
+            run_study(empty, final_only=True, say=said.append)
         assert not (tmp_path / "none").exists()
     finally:
         ray.shutdown()
@@ -301,7 +312,7 @@ def test_report_leaderboard_prints_the_study_header(tmp_path, capsys):
         "client-rounds spent per arm of 500, robust selection 300 more." in out
     )
     from analysis import load
-    from analysis.report import budget_section
+    from analysis.studies import budget_section
 
     table = budget_section(json.loads((tmp_path / "study.json").read_text()), load([str(tmp_path)]))
     line = [x for x in table[-1].splitlines() if x.startswith("| digits | topk_fedavg")][-1]
