@@ -186,14 +186,11 @@ def local_update(
         if scaler is not None  # the scaler steps torch's optimizers
         else HeavyBallSGD(params, lr, momentum, weight_decay)
     )
-    anchors = [p.detach().clone() for p in params] if mu > 0 else None
-    named = dict(model.named_parameters())
+    step = _Step(model, opt, scaler, params, mu, correction, device, amp)
     shuffle_gen = torch_generator(seed, Purpose.TRAIN_SHUFFLE, round_, client)
     aug_gen = torch_generator(seed, Purpose.AUGMENT, round_, client)
     n = len(indices)
     starts = batch_starts(n, batch_size, has_batchnorm(model))
-    if correction is not None:  # moved once, not every step
-        correction = {name: c.to(device) for name, c in correction.items()}
     # the losses are summed on the device in float64 (no synchronisation per step); a
     # non-finite loss leaves the sum non-finite (cross-entropy is never negative)
     total = torch.zeros((), dtype=torch.float64, device=device)
@@ -202,41 +199,60 @@ def local_update(
         perm = torch.randperm(n, generator=shuffle_gen).numpy()
         for start, stop in starts:
             batch = indices[perm[start:stop]]
-            x, y = _batch(data, batch, info, augment, aug_gen, device)
-            opt.zero_grad(set_to_none=True)
-            with _autocast(device, amp):
-                loss = nn.functional.cross_entropy(model(x), y)
-            if scaler is not None:
-                scaler.scale(loss).backward()
-                scaler.unscale_(opt)
-            else:
-                loss.backward()
-            lv = loss.detach().double()
-            if anchors is not None:
-                # FedProx term (μ/2)·‖w − w_t‖²: its gradient μ·(w − w_t) is added directly
-                # instead of through autograd (the same values, without a graph over every
-                # parameter); the reported loss includes the term
-                with torch.no_grad():
-                    diffs = torch._foreach_sub(params, anchors)
-                    sq = torch.stack(torch._foreach_norm(diffs)).square().sum()
-                    lv = lv + (mu / 2) * sq.double()
-                    torch._foreach_mul_(diffs, mu)
-                    torch._foreach_add_([p.grad for p in params], diffs)
-            if correction is not None:
-                for name, c in correction.items():
-                    named[name].grad.add_(c)
-            if scaler is not None:
-                scaler.step(opt)
-                scaler.update()
-            else:
-                opt.step()
-            total += lv
+            total += step(*_batch(data, batch, info, augment, aug_gen, device))
             steps += 1
     total_loss = float(total)
     _move(model, "cpu")
     delta = layout.flatten(model) - w
     finite = math.isfinite(total_loss) and bool(torch.isfinite(delta).all())
     return LocalResult(delta, total_loss / max(steps, 1), steps, finite)
+
+
+class _Step:
+    """One local SGD step of :func:`local_update` on a batch: the loss's gradient, FedProx's
+    proximal gradient ``μ(w − w_t)`` and a control-variate correction added to it, then the
+    optimizer's step; returns the batch's loss (with the proximal term) in float64."""
+
+    def __init__(self, model, opt, scaler, params, mu, correction, device, amp):
+        self.model, self.opt, self.scaler, self.params = model, opt, scaler, params
+        self.mu, self.device, self.amp = mu, device, amp
+        self.anchors = [p.detach().clone() for p in params] if mu > 0 else None
+        self.named = dict(model.named_parameters())
+        # moved once, not every step
+        self.correction = (
+            None if correction is None else {k: c.to(device) for k, c in correction.items()}
+        )
+
+    def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        opt, scaler, params = self.opt, self.scaler, self.params
+        opt.zero_grad(set_to_none=True)
+        with _autocast(self.device, self.amp):
+            loss = nn.functional.cross_entropy(self.model(x), y)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.unscale_(opt)
+        else:
+            loss.backward()
+        lv = loss.detach().double()
+        if self.anchors is not None:
+            # FedProx term (μ/2)·‖w − w_t‖²: its gradient μ·(w − w_t) is added directly
+            # instead of through autograd (the same values, without a graph over every
+            # parameter); the reported loss includes the term
+            with torch.no_grad():
+                diffs = torch._foreach_sub(params, self.anchors)
+                sq = torch.stack(torch._foreach_norm(diffs)).square().sum()
+                lv = lv + (self.mu / 2) * sq.double()
+                torch._foreach_mul_(diffs, self.mu)
+                torch._foreach_add_([p.grad for p in params], diffs)
+        if self.correction is not None:
+            for name, c in self.correction.items():
+                self.named[name].grad.add_(c)
+        if scaler is not None:
+            scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        return lv
 
 
 EVAL_CHUNK = 128  # samples per forward of a CPU evaluation (see :func:`evaluate`)

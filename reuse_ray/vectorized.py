@@ -128,36 +128,15 @@ def local_update_many(
     streams = [_Stream(r, seed, epochs, batch_size) for r in requests]
     order = sorted(range(C), key=lambda i: -streams[i].steps)
     requests, streams = [requests[i] for i in order], [streams[i] for i in order]
-    W = torch.stack([r.w.to(torch.float32) for r in requests]).to(device)
-    P = {
-        s.name: W[:, s.offset : s.offset + s.numel].reshape(C, *s.shape).clone()
-        for s in layout.tensors
-    }
-    M = {n: torch.zeros_like(p) for n, p in P.items()}
-    mus = [r.mu for r in requests]
-    anchors = {n: p.clone() for n, p in P.items()} if any(m > 0 for m in mus) else None
-    corrections = None
-    if any(r.correction is not None for r in requests):
-        corrections = {
-            n: torch.stack(
-                [
-                    r.correction[n].to(device, torch.float32)
-                    if r.correction and n in r.correction
-                    else torch.zeros(P[n].shape[1:], device=device)
-                    for r in requests
-                ]
-            )
-            for n in names
-        }
-
+    P, M, anchors = _stack(requests, layout, device)
+    corrections = _corrections(requests, names, P, device)
     lr = torch.tensor([r.lr for r in requests], device=device)
-    mu = torch.tensor(mus, device=device)
-
+    mu = torch.tensor([r.mu for r in requests], device=device)
+    update = _Update(P, M, anchors, corrections, lr, mu, momentum, weight_decay, names, C)
     # the forward is batched and the backward is plain autograd over the sum of the clients'
     # losses (the clients are independent, so each stack row gets its own gradient, the same
     # bits as torch.func.grad, which would import torch's compiler stack: ~150 MB a process)
     forward = batched_forward(model)
-
     # each client's summed loss stays on the device (no synchronisation per step); a
     # non-finite loss keeps the sum non-finite, which is how the per-client loop's check reads
     total = torch.zeros(C, dtype=torch.float64, device=device)
@@ -167,58 +146,119 @@ def local_update_many(
         # only the clients with steps left are computed: the stack's first A rows
         while streams[A - 1].steps <= step:
             A -= 1
-
-        def take(t: torch.Tensor, A=A) -> torch.Tensor:
-            return t if A == C else t[:A]
-
-        def bcast(v: torch.Tensor, like: torch.Tensor, A=A) -> torch.Tensor:
-            return v.view(A, *([1] * (like.dim() - 1)))
-
         batches = [streams[c].batch(step) for c in range(A)]
         x, y, weight, counts = _step_batch(
             batches, [streams[c].aug for c in range(A)], data, info, augment, device
         )
-        params = {n: take(P[n]).detach().requires_grad_(True) for n in names}
-        with torch.enable_grad():
-            out = forward(params, x)
-            # per-sample cross-entropy as log_softmax and a gather; each client's loss is the
-            # mean over its real samples (the padding weighs 0)
-            per_sample = -out.log_softmax(-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
-            losses = (per_sample * weight).sum(-1) / counts
-            found = torch.autograd.grad(losses.sum(), list(params.values()), allow_unused=True)
-            grads = dict(zip(names, found, strict=True))
+        params = {n: update.take(P[n], A).detach().requires_grad_(True) for n in names}
+        losses, grads = _losses_and_grads(forward, params, x, y, weight, counts)
         with torch.no_grad():
-            params = {n: p.detach() for n, p in params.items()}
-            lv = losses.detach().double()
-            if anchors is not None:  # the FedProx term: its value joins the reported loss
-                sq = sum((params[n] - take(anchors[n])).square().flatten(1).sum(1) for n in names)
-                lv = lv + (take(mu).double() / 2) * sq.double()
-            for n in names:
-                p, g = params[n], grads[n]
-                if g is None:  # a parameter the loss does not use: the loop's optimizer skips it
-                    continue
-                if anchors is not None:
-                    g = g + bcast(take(mu), g) * (p - take(anchors[n]))
-                if corrections is not None:
-                    g = g + take(corrections[n])
-                if weight_decay != 0:
-                    g = g.add(p, alpha=weight_decay)
-                if momentum != 0:
-                    # every client's first step is the round's first; after it the buffer's
-                    # rows are updated in place
-                    if step == 0:
-                        M[n] = g.clone()
-                    else:
-                        g = take(M[n]).mul_(momentum).add_(g)
-                new = p - bcast(take(lr), g) * g
-                if A == C:
-                    P[n] = new
-                else:
-                    P[n][:A] = new
+            lv = update(step, A, {n: p.detach() for n, p in params.items()}, grads, losses)
             if A == C:
                 total += lv
             else:
                 total[:A] += lv
+    return _results(layout, requests, streams, order, P, total)
+
+
+def _stack(requests, layout, device) -> tuple[dict, dict, dict | None]:
+    """The requests' starting states stacked per tensor (a row per request), zero momentum
+    buffers, and the proximal anchors (the starting states) when any request has μ > 0."""
+    C = len(requests)
+    W = torch.stack([r.w.to(torch.float32) for r in requests]).to(device)
+    P = {
+        s.name: W[:, s.offset : s.offset + s.numel].reshape(C, *s.shape).clone()
+        for s in layout.tensors
+    }
+    M = {n: torch.zeros_like(p) for n, p in P.items()}
+    anchors = {n: p.clone() for n, p in P.items()} if any(r.mu > 0 for r in requests) else None
+    return P, M, anchors
+
+
+def _losses_and_grads(forward, params, x, y, weight, counts):
+    """Each stacked client's mean loss over its real samples (per-sample cross-entropy as a
+    log_softmax and a gather; padding weighs 0) and every parameter's gradient of their sum
+    (``None`` for a parameter the loss does not use)."""
+    with torch.enable_grad():
+        out = forward(params, x)
+        per_sample = -out.log_softmax(-1).gather(-1, y.unsqueeze(-1)).squeeze(-1)
+        losses = (per_sample * weight).sum(-1) / counts
+        found = torch.autograd.grad(losses.sum(), list(params.values()), allow_unused=True)
+    return losses, dict(zip(params, found, strict=True))
+
+
+def _corrections(requests, names, P, device) -> dict[str, torch.Tensor] | None:
+    """Every request's control-variate correction stacked per tensor (zeros for a request or a
+    tensor without one); None when no request has one."""
+    if not any(r.correction is not None for r in requests):
+        return None
+    return {
+        n: torch.stack(
+            [
+                r.correction[n].to(device, torch.float32)
+                if r.correction and n in r.correction
+                else torch.zeros(P[n].shape[1:], device=device)
+                for r in requests
+            ]
+        )
+        for n in names
+    }
+
+
+class _Update:
+    """One stacked SGD step of :func:`local_update_many` on the stack's first ``A`` rows:
+    FedProx's proximal gradient, the correction, weight decay and heavy-ball momentum, as the
+    per-client loop's optimizer takes them; returns the rows' losses (with the proximal term)
+    in float64. ``P`` (the parameters) and ``M`` (the momentum buffers) are updated in place."""
+
+    def __init__(self, P, M, anchors, corrections, lr, mu, momentum, weight_decay, names, C):
+        self.P, self.M, self.anchors, self.corrections = P, M, anchors, corrections
+        self.lr, self.mu, self.momentum, self.weight_decay = lr, mu, momentum, weight_decay
+        self.names, self.C = names, C
+
+    def take(self, t: torch.Tensor, A: int) -> torch.Tensor:
+        return t if A == self.C else t[:A]
+
+    @staticmethod
+    def bcast(v: torch.Tensor, like: torch.Tensor, A: int) -> torch.Tensor:
+        return v.view(A, *([1] * (like.dim() - 1)))
+
+    def __call__(self, step: int, A: int, params, grads, losses) -> torch.Tensor:
+        take, bcast, anchors, mu = self.take, self.bcast, self.anchors, self.mu
+        lv = losses.detach().double()
+        if anchors is not None:  # the FedProx term: its value joins the reported loss
+            sq = sum(
+                (params[n] - take(anchors[n], A)).square().flatten(1).sum(1) for n in self.names
+            )
+            lv = lv + (take(mu, A).double() / 2) * sq.double()
+        for n in self.names:
+            p, g = params[n], grads[n]
+            if g is None:  # a parameter the loss does not use: the loop's optimizer skips it
+                continue
+            if anchors is not None:
+                g = g + bcast(take(mu, A), g, A) * (p - take(anchors[n], A))
+            if self.corrections is not None:
+                g = g + take(self.corrections[n], A)
+            if self.weight_decay != 0:
+                g = g.add(p, alpha=self.weight_decay)
+            if self.momentum != 0:
+                # every client's first step is the round's first; after it the buffer's
+                # rows are updated in place
+                if step == 0:
+                    self.M[n] = g.clone()
+                else:
+                    g = take(self.M[n], A).mul_(self.momentum).add_(g)
+            new = p - bcast(take(self.lr, A), g, A) * g
+            if A == self.C:
+                self.P[n] = new
+            else:
+                self.P[n][:A] = new
+        return lv
+
+
+def _results(layout, requests, streams, order, P, total) -> list[LocalResult]:
+    """Each request's Δ = w_local − w, mean loss, steps and finiteness, in request order."""
+    C = len(requests)
     results: list[LocalResult | None] = [None] * C
     with torch.no_grad():
         flat = torch.cat([P[s.name].reshape(C, -1) for s in layout.tensors], dim=1).cpu()
