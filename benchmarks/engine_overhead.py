@@ -64,6 +64,8 @@ import threading
 import time
 from pathlib import Path
 
+import proctree
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 ARMS = (
@@ -183,20 +185,6 @@ def run_child(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------ measuring a process tree
 
 
-def _children() -> dict[int, list[int]]:
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-        kids.setdefault(ppid, []).append(int(entry))
-    return kids
-
-
 def _role(pid: int, root: int, cmd: bytes) -> str:
     """driver (``root``), worker (a ``ClientWorkerActor``, or the ``ServingWorkerActor`` that
     also hosts the server), server (a ``ServerActor`` of its own) or ray (every other
@@ -226,31 +214,14 @@ def _label(cmd: bytes) -> str:
     return Path((scripts[0] if scripts else words[0]).decode(errors="replace")).name
 
 
-def _tree(root: int, cluster: int | None = None) -> list[int]:
-    """``root`` and all its descendants, and those of ``cluster`` (the process that started
-    the Ray instance an attached arm joins; it stands for ``ray start``, which exits, so it is
-    not itself counted)."""
-    kids = _children()
-    out, todo = [], [root, *(kids.get(cluster, []) if cluster is not None else [])]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, []))
-    return out
-
-
 def tree_memory(root: int, cluster: int | None = None) -> dict[int, tuple[str, str, int, int]]:
     """``pid -> (role, short name, PSS bytes, anonymous bytes)`` for ``root`` and all its
     descendants (``/proc/<pid>/smaps_rollup``), and those of ``cluster``."""
     out = {}
-    for pid in _tree(root, cluster):
+    for pid in proctree.tree(root, cluster):
         try:
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
-            fields = {}
-            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-                key, _, rest = line.partition(":")
-                if key in ("Pss", "Anonymous"):
-                    fields[key] = int(rest.split()[0]) * 1024
+            fields = proctree.smaps(pid)
         except (OSError, ValueError, IndexError):
             continue
         out[pid] = (
@@ -262,9 +233,6 @@ def tree_memory(root: int, cluster: int | None = None) -> dict[int, tuple[str, s
     return out
 
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
 def tree_cpu(
     root: int, cluster: int | None = None
 ) -> dict[int, tuple[str, float, float, int, float]]:
@@ -274,7 +242,7 @@ def tree_cpu(
     (``cutime + cstime``): a helper its parent reaped leaves the tree but not the sum (a Ray
     worker that exits is reaped by no one: see :func:`startup_cpu`)."""
     out = {}
-    for pid in _tree(root, cluster):
+    for pid in proctree.tree(root, cluster):
         try:
             stat = Path(f"/proc/{pid}/stat").read_text()
             cmd = Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -283,10 +251,10 @@ def tree_cpu(
         f = stat[stat.rindex(")") + 2 :].split()
         out[pid] = (
             _role(pid, root, cmd),
-            int(f[11]) / TICK,
-            int(f[12]) / TICK,
+            int(f[11]) / proctree.TICK,
+            int(f[12]) / proctree.TICK,
             int(f[7]),
-            (int(f[13]) + int(f[14])) / TICK,
+            (int(f[13]) + int(f[14])) / proctree.TICK,
         )
     return out
 

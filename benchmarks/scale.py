@@ -37,54 +37,9 @@ import threading
 import time
 from pathlib import Path
 
+from proctree import Peak, pss, rss, rss_anon
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def _pss(pid: int | str = "self") -> int:
-    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
-        if line.startswith("Pss:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def _rss(pid: int | str = "self") -> int:
-    """Resident memory with every mapped page counted whole (shared object-store pages too):
-    an upper bound beside PSS, which splits shared pages among the processes mapping them."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-def _rss_anon(pid: int) -> int:
-    """The process's private resident memory (its heap), without the object store's shared
-    pages it maps."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
-class Peak:
-    """The peak of ``measure()`` sampled every 0.2 s on a thread."""
-
-    def __init__(self, measure):
-        self.measure, self.peak, self._stop = measure, 0, threading.Event()
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.peak = max(self.peak, self.measure())
-            except OSError:
-                pass
-            time.sleep(0.2)
-
-    def stop(self) -> int:
-        self._stop.set()
-        self._thread.join()
-        return self.peak
 
 
 def config(
@@ -154,9 +109,9 @@ def child(args: argparse.Namespace) -> dict:
     }
     with loopback_only():
         ray.init(**init)
-    baseline = _pss()
-    driver = Peak(_pss)
-    driver_rss = Peak(_rss)
+    baseline = pss()
+    driver = Peak(pss)
+    driver_rss = Peak(rss)
     server_rss = {"peak": 0}
 
     pids: dict[str, int] = {}
@@ -171,7 +126,7 @@ def child(args: argparse.Namespace) -> dict:
                         if actor["name"] not in pids:
                             handle = ray.get_actor(actor["name"], actor["namespace"])
                             pids[actor["name"]] = ray.get(handle.pid.remote(), timeout=30)
-                        now = _rss_anon(pids[actor["name"]])
+                        now = rss_anon(pids[actor["name"]])
                         server_rss.setdefault("first", now)
                         server_rss["peak"] = max(server_rss["peak"], now)
                     except Exception:  # noqa: BLE001 - it may be starting or gone

@@ -117,7 +117,9 @@ def test_an_attached_arm_counts_its_clusters_processes_from_the_launch_on():
 
 def test_the_tree_takes_the_clusters_descendants_but_not_its_starter(monkeypatch):
     # 1 the arm (child 2); 10 `ray start` (children 11, 12; 12's child 13)
+    import proctree
+
     kids = {1: [2], 10: [11, 12], 12: [13]}
-    monkeypatch.setattr(E, "_children", lambda: kids)
-    assert sorted(E._tree(1)) == [1, 2]
-    assert sorted(E._tree(1, 10)) == [1, 2, 11, 12, 13]
+    monkeypatch.setattr(proctree, "children", lambda: kids)
+    assert sorted(proctree.tree(1)) == [1, 2]
+    assert sorted(proctree.tree(1, 10)) == [1, 2, 11, 12, 13]
