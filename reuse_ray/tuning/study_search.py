@@ -145,16 +145,30 @@ class PerArm(FIFOScheduler):
 
 
 class MakeScheduler:
-    """A picklable factory of one arm's scheduler (Tune saves the scheduler with its state)."""
+    """The one factory of a search's trial scheduler (a sweep's, and each arm's in a study):
+    ASHA or HyperBand on the round of each trial's latest validation (``val_round``), so a
+    rung is judged on a measured accuracy; picklable (Tune saves the scheduler with its state).
+    ``own_metric``: the scheduler ranks on the objective itself; else on the metric the Tune
+    config names (a grid search's)."""
 
-    def __init__(self, kind: str, max_t: int, grace_period: int, reduction_factor: int):
+    def __init__(
+        self,
+        kind: str,
+        max_t: int,
+        grace_period: int,
+        reduction_factor: int,
+        own_metric: bool = True,
+    ):
         self.kind, self.max_t = kind, max_t
         self.grace_period, self.reduction_factor = grace_period, reduction_factor
+        self.own_metric = own_metric
 
     def __call__(self) -> TrialScheduler:
         from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler
 
-        common = {"time_attr": "val_round", "metric": "objective", "mode": "max"}
+        common = {"time_attr": "val_round"}
+        if self.own_metric:
+            common.update(metric="objective", mode="max")
         if self.kind == "asha":
             return ASHAScheduler(
                 max_t=self.max_t,

@@ -68,27 +68,17 @@ def make_searcher(spec: SweepSpec, concurrency: int = 0):
 
 
 def make_scheduler(spec: SweepSpec, metric: str | None):
-    """The search's trial scheduler (None for ``scheduler: none``), on the round of each trial's
-    latest validation (``val_round``), so a rung is judged on a measured accuracy. The metric
-    is the searcher's when the Tune config names one (grid), else the objective."""
+    """The search's trial scheduler (None for ``scheduler: none``): :class:`.study_search.
+    MakeScheduler`'s, ranking on the searcher's metric where the Tune config names one (grid),
+    else on the objective."""
+    from .study_search import MakeScheduler
+
     s = spec.search
     if s.scheduler == "none":
         return None
-    from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler
-
     rounds = spec.run_config().fl.rounds
-    target = {} if metric else {"metric": "objective", "mode": "max"}
-    if s.scheduler == "asha":
-        return ASHAScheduler(
-            time_attr="val_round",
-            max_t=rounds,
-            grace_period=s.grace_period,
-            reduction_factor=s.reduction_factor,
-            **target,
-        )
-    return HyperBandScheduler(
-        time_attr="val_round", max_t=rounds, reduction_factor=s.reduction_factor, **target
-    )
+    make = MakeScheduler(s.scheduler, rounds, s.grace_period, s.reduction_factor, not metric)
+    return make()
 
 
 def sweep_folder(spec, resume: bool, what: str = "sweep"):
