@@ -306,6 +306,18 @@ class Launcher:
             **kw,
         )
 
+    def final(self, spec: SweepSpec, points: list[dict[str, Any]]):
+        """The final stage of a sweep or of a study's workload: every point (a configuration
+        with its fresh seed and label) once, the test split read once at round T; returns
+        the stage's runs as the runs table records them."""
+        from ray import tune
+
+        from ..results import read_table
+
+        self(spec, "final", param_space={"final": tune.grid_search(points)}, total=len(points))
+        runs = read_table(spec.results_dir, "runs")
+        return runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
+
 
 def quiet_tune() -> None:
     """Our own console lines only: no experiment box, no INFO chatter from Tune, and not its

@@ -112,7 +112,7 @@ def run_study(
     rerun every arm on every workload; returns the final-stage runs."""
     from .sweep import report_at_end
 
-    spec, started, t0 = _open(spec, resume or final_only, say, address)
+    spec, started, t0 = _open(spec, resume, say, address, final_only)
     final_runs, gaps, choices = [], {}, {}
     store = Storage.of(spec.results_dir)
 
@@ -142,36 +142,21 @@ def run_study(
     return pd.concat(final_runs, ignore_index=True)
 
 
-def _open(spec: StudySpec, resume: bool, say, address: str | None) -> tuple[StudySpec, str, float]:
+def _open(
+    spec: StudySpec, resume: bool, say, address: str | None, final_only: bool = False
+) -> tuple[StudySpec, str, float]:
     """Connect (before naming a dated folder: a cluster that does not answer leaves none), refuse
     a start over results or a resume of nothing, and record the study as running; returns the
     spec with its folder, the start date and the wall clock's origin (a resumed study's wall
     time goes on from what it had spent)."""
     from ..distributed import ensure_ray
-    from .sweep import sweep_folder
+    from .sweep import open_folder, sweep_folder
 
     ensure_ray(address)
-    spec = sweep_folder(spec, resume, what="study")
-    store = Storage.of(spec.results_dir)
-    where = display(spec.results_dir)
-    say(f"results root: {where}")
+    spec = sweep_folder(spec, resume or final_only, what="study")
     old = read_metadata(spec.results_dir)
-    if old is not None and not resume:
-        raise UserError(
-            f"study {spec.name!r} already has results in {where}; pass --resume to "
-            "continue it, or --results DIR for a new one"
-        )
-    if old is None and resume:
-        raise UserError(
-            f"--resume: nothing to resume in {where} (no study {spec.name!r} was started "
-            "there) — run it without --resume to start one there, or give the folder of the "
-            "interrupted study with --results"
-        )
-    store.check_writable(keep=True)
-    if resume:
-        from .launch import set_aside_damaged
-
-        set_aside_damaged(spec.results_dir, say)
+    open_folder(spec, resume, final_only, "study", old is not None, say)
+    store = Storage.of(spec.results_dir)
     started = (old or {}).get("started_at") or _now()
     t0 = time.perf_counter() - float((old or {}).get("wall_s") or 0.0)
     store.write_bytes(
@@ -202,7 +187,6 @@ def _workload(
     re-evaluation, if asked), then the final stage; returns its final runs and the selection
     gaps per arm."""
     import ray
-    from ray import tune
 
     from .launch import Launcher, derive_concurrency
 
@@ -232,9 +216,7 @@ def _workload(
         say(f"[{w}] {line}")
     finals = final_points(spec, chosen)
     say(f"[{w}] final: {len(finals)} runs on fresh seeds, test split read once")
-    run(sweep, "final", param_space={"final": tune.grid_search(finals)}, total=len(finals))
-    runs = read_table(spec.results_dir, "runs")
-    finals_w = runs[(runs["stage"] == "final") & (runs["sweep"] == sweep.name)]
+    finals_w = run.final(sweep, finals)
     gaps = study_select.selection_gaps(trials, chosen, finals_w)
     for arm, g in gaps.items():
         say(

@@ -22,7 +22,6 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UserError
-from ..results import read_table
 from ..results.storage import Storage, dated_folder, display, join, latest_dated
 from . import reeval
 from .launch import Launcher, derive_concurrency, set_aside_damaged
@@ -170,9 +169,15 @@ def _open(
 
     ensure_ray(address or (spec.base.get("engine") or {}).get("ray_address"))
     spec = sweep_folder(spec, resume or final_only)
-    store = Storage.of(spec.results_dir)
     where = display(spec.results_dir)
-    say(f"results root: {where}")
+
+    def started(spec: SweepSpec) -> bool:
+        """Its Tune experiments are there, or (a copied folder) its trials table."""
+        store = Storage.of(spec.results_dir)
+        tune = any(store.is_dir("_tune", f"{spec.name}-{s}") for s in ("search", "final"))
+        return tune or (final_only and store.is_file(trials_file(spec.name)))
+
+    open_folder(spec, resume, final_only, "sweep", started(spec), say)
     import ray
 
     resources = ray.cluster_resources()
@@ -181,21 +186,6 @@ def _open(
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-    started = any(store.is_dir("_tune", f"{spec.name}-{stage}") for stage in ("search", "final"))
-    if started and not resume and not final_only:
-        raise UserError(
-            f"sweep {spec.name!r} already has results in {where}; pass --resume to continue "
-            "it, or --results DIR for a new one"
-        )
-    if resume and not started:
-        raise UserError(
-            f"--resume: nothing to resume in {where} (no sweep {spec.name!r} was started "
-            "there) — run it without --resume to start one there, or give the folder of the "
-            "interrupted sweep with --results"
-        )
-    store.check_writable(keep=True)
-    if resume or final_only:
-        set_aside_damaged(spec.results_dir, say)
     say(
         f"sweep {spec.name}: {spec.search.searcher} over "
         f"{spec.search.space or list(spec.search.grid)} ({spec.search.objective}), "
@@ -205,6 +195,29 @@ def _open(
         f"results in {where}"
     )
     return spec, Launcher(concurrency, resume, say, verbose, mlflow)
+
+
+def open_folder(spec, resume: bool, final_only: bool, what: str, started: bool, say) -> None:
+    """A sweep's or a study's folder, opened as asked: refuse a start over earlier results,
+    or a ``--resume``/``--final`` where nothing was started; check it is writable; with
+    either, set every damaged table file aside (named on the console)."""
+    where = display(spec.results_dir)
+    say(f"results root: {where}")
+    if started and not resume and not final_only:
+        raise UserError(
+            f"{what} {spec.name!r} already has results in {where}; pass --resume to continue "
+            "it, or --results DIR for a new one"
+        )
+    if (resume or final_only) and not started:
+        flag = "--resume" if resume else "--final"
+        raise UserError(
+            f"{flag}: nothing to resume in {where} (no {what} {spec.name!r} was started "
+            f"there) — run it without {flag} to start one there, or give the folder of the "
+            f"interrupted {what} with --results"
+        )
+    Storage.of(spec.results_dir).check_writable(keep=True)
+    if resume or final_only:
+        set_aside_damaged(spec.results_dir, say)
 
 
 def _protocol_trials(spec: SweepSpec) -> pd.DataFrame:
@@ -332,7 +345,6 @@ def final_points(spec: SweepSpec, selected: list[dict[str, Any]]) -> list[dict[s
 def _final_stage(spec: SweepSpec, run: Launcher, selected, trials, chosen) -> pd.DataFrame:
     """The selected configurations and the references on the fresh seeds, the test split read
     once at the final round; the console's per-label summary (and selection gaps)."""
-    from ray import tune
 
     say = run.say
     points = final_points(spec, selected)
@@ -340,9 +352,7 @@ def _final_stage(spec: SweepSpec, run: Launcher, selected, trials, chosen) -> pd
         f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
         "test split read once at the final round"
     )
-    run(spec, "final", param_space={"final": tune.grid_search(points)}, total=len(points))
-    runs = read_table(spec.results_dir, "runs")
-    final_runs = runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
+    final_runs = run.final(spec, points)
     if spec.search.reeval_top:
         for line in reeval.gap_lines(trials, chosen, final_runs):
             say(line)

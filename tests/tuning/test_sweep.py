@@ -411,6 +411,8 @@ def test_resume_with_nothing_to_resume_at_the_folder_says_so_and_starts_nothing(
     raw = sweep(tmp_path)
     with pytest.raises(UserError, match="nothing to resume in .*run it without --resume"):
         run_sweep(parse_sweep(raw), resume=True, say=lambda m: None)
+    with pytest.raises(UserError, match="--final: nothing to resume in .*without --final"):
+        run_sweep(parse_sweep(raw), final_only=True, say=lambda m: None)
     assert not (tmp_path / "sweep").exists()  # no trial ran, no folder was made
 
 
