@@ -103,3 +103,41 @@ def check_environment(cfg) -> None:
             f"engine.cpu_per_worker: {e.cpu_per_worker:g}, but this machine has "
             f"{cpus} CPUs — allowed: (0, {cpus}]"
         )
+
+
+def describe_machine() -> str:
+    """This machine in one line: CPUs and their model, memory, operating system."""
+    cpu = cpu_info()["model name"] or platform.processor() or platform.machine()
+    mem = ""
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        mem = f", {pages / 2**30:.0f} GiB"
+    except (ValueError, OSError):
+        pass
+    return f"{os.cpu_count()} CPUs ({cpu}){mem}, {platform.system()}"
+
+
+def code_commit() -> str | None:
+    """The git commit of the checkout the package runs from (``+dirty`` with uncommitted
+    changes), or None outside a git checkout."""
+    import subprocess
+    from pathlib import Path
+
+    top = Path(__file__).resolve().parents[1]
+    if not (top / "pyproject.toml").is_file():  # an installed copy: no checkout of its own
+        return None
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(top), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10
+        )
+        if head.returncode != 0:
+            return None
+        dirty = subprocess.run(
+            ["git", "-C", str(top), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")

@@ -31,8 +31,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
-import os
-import platform
 import socket
 import time
 from typing import Any
@@ -40,6 +38,7 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UserError
+from ..machine import code_commit, describe_machine
 from ..results import read_table
 from ..results.reader import STUDY_FILE, read_metadata
 from ..results.storage import Storage, display
@@ -49,7 +48,9 @@ from .study_spec import Arm, StudySpec, arm_points, is_study, load_study, parse_
 from .trials import trial_row, write_trials
 
 
-def _metadata(spec: StudySpec, started: str, wall: float | None, status: str) -> dict:
+def _metadata(
+    spec: StudySpec, started: str, wall: float | None, status: str, attempts: list | None = None
+) -> dict:
     return {
         "name": spec.name,
         "scale": spec.scale,
@@ -58,7 +59,7 @@ def _metadata(spec: StudySpec, started: str, wall: float | None, status: str) ->
         "finished_at": _now() if wall is not None else None,
         "wall_s": wall,
         "host": socket.gethostname(),
-        "machine": _machine(),
+        "machine": describe_machine(),
         "workloads": list(spec.workloads),
         "arms": [a.name for a in spec.arms],
         "trials_per_arm": spec.trials_per_arm,
@@ -79,24 +80,14 @@ def _metadata(spec: StudySpec, started: str, wall: float | None, status: str) ->
         "compare_to": list(spec.compare_to),
         "targets": spec.targets,
         "shared": {k: list(v) for k, v in spec.shared.items()},
+        # every launch of the study (a resumed one continues on the machine and commit it
+        # was launched from): when, where, which code
+        "attempts": list(attempts or []),
     }
 
 
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-def _machine() -> str:
-    from ..machine import cpu_info
-
-    cpu = cpu_info()["model name"] or platform.processor() or platform.machine()
-    mem = ""
-    try:
-        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-        mem = f", {pages / 2**30:.0f} GiB"
-    except (ValueError, OSError):
-        pass
-    return f"{os.cpu_count()} CPUs ({cpu}){mem}, {platform.system()}"
 
 
 def run_study(
@@ -112,7 +103,7 @@ def run_study(
     rerun every arm on every workload; returns the final-stage runs."""
     from .sweep import report_at_end
 
-    spec, started, t0 = _open(spec, resume, say, address, final_only)
+    spec, started, t0, attempts = _open(spec, resume, say, address, final_only)
     final_runs, gaps, choices = [], {}, {}
     store = Storage.of(spec.results_dir)
 
@@ -120,7 +111,7 @@ def run_study(
         """A workload's choices, in study.json as soon as they are made (before its final
         stage): the report of a study still computing knows which label is which level."""
         choices[w] = record
-        meta = dict(_metadata(spec, started, None, "running"), choices=choices)
+        meta = dict(_metadata(spec, started, None, "running", attempts), choices=choices)
         store.write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
 
     try:
@@ -130,12 +121,13 @@ def run_study(
             )
             final_runs.append(finals_w)
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the study is recorded as interrupted
-        meta = dict(_metadata(spec, started, None, "interrupted"), choices=choices)
+        meta = dict(_metadata(spec, started, None, "interrupted", attempts), choices=choices)
         meta["wall_s"] = time.perf_counter() - t0  # what --resume's wall clock goes on from
         Storage.of(spec.results_dir).write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
         raise
     wall = time.perf_counter() - t0
-    meta = dict(_metadata(spec, started, wall, "finished"), selection_gaps=gaps, choices=choices)
+    meta = dict(_metadata(spec, started, wall, "finished", attempts), selection_gaps=gaps)
+    meta["choices"] = choices
     Storage.of(spec.results_dir).write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
     say(f"study {spec.name} finished in {wall / 60:.1f} min; Parquet: {display(spec.results_dir)}")
     report_at_end(spec.results_dir, say)
@@ -144,7 +136,7 @@ def run_study(
 
 def _open(
     spec: StudySpec, resume: bool, say, address: str | None, final_only: bool = False
-) -> tuple[StudySpec, str, float]:
+) -> tuple[StudySpec, str, float, list]:
     """Connect (before naming a dated folder: a cluster that does not answer leaves none), refuse
     a start over results or a resume of nothing, and record the study as running; returns the
     spec with its folder, the start date and the wall clock's origin (a resumed study's wall
@@ -159,9 +151,9 @@ def _open(
     store = Storage.of(spec.results_dir)
     started = (old or {}).get("started_at") or _now()
     t0 = time.perf_counter() - float((old or {}).get("wall_s") or 0.0)
-    store.write_bytes(
-        STUDY_FILE, json.dumps(_metadata(spec, started, None, "running"), indent=2).encode()
-    )
+    attempts = [*(old or {}).get("attempts", []), _attempt(final_only)]
+    meta = _metadata(spec, started, None, "running", attempts)
+    store.write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -170,7 +162,18 @@ def _open(
         f"trials on each of {len(spec.workloads)} workloads ({', '.join(spec.workloads)}), "
         f"then the selected configurations on fresh seeds {list(spec.final_seeds)}"
     )
-    return spec, started, t0
+    return spec, started, t0, attempts
+
+
+def _attempt(final_only: bool) -> dict[str, Any]:
+    """This launch of the study: its start, host, machine and the commit of the code."""
+    return {
+        "started_at": _now(),
+        "host": socket.gethostname(),
+        "machine": describe_machine(),
+        "commit": code_commit(),
+        "final_only": final_only,
+    }
 
 
 def _workload(

@@ -178,6 +178,12 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
     assert trials["selected"].all()  # one trial per arm: it is the selection
     meta = json.loads((out / "study.json").read_text())
     assert meta["status"] == "finished" and meta["trials_per_arm"] == 1 and meta["wall_s"] > 0
+    # every launch on the record: the study, then its --final; where and from which code
+    assert [a["final_only"] for a in meta["attempts"]] == [False, True]
+    from reuse_ray.machine import code_commit, describe_machine
+
+    assert {a["machine"] for a in meta["attempts"]} == {describe_machine()}
+    assert {a["commit"] for a in meta["attempts"]} == {code_commit()}
     # selection at matched uplink: a dense arm reaches no level; every level an arm's one
     # configuration reaches is that configuration, run once under the arm's label
     for w in ("digits", "fashionmnist"):
