@@ -6,6 +6,7 @@ died is restarted. Tune's own tables appear only with ``-v``."""
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -104,3 +105,38 @@ class ConsoleReporter(Callback):
             f"  {self.stage} trial {trial.trial_id} failed (its process or node died); "
             f"restarting {where}, from its last checkpoint"
         )
+
+
+def quiet_tune() -> None:
+    """Our own console lines only: no experiment box, no INFO chatter from Tune, and not its
+    warning that the experiment state is snapshotted often. That warning comes whenever trials
+    checkpoint every few seconds (``checkpoint_every`` rounds of a short run): with
+    ``num_to_keep`` set, Tune snapshots its state once a trial has kept that many checkpoints,
+    which is what keeps a resumed sweep consistent; on a fast machine the quickstart printed it
+    nine times, three lines each. A threshold the user set is kept."""
+    import logging
+
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
+    for name in ("ray.tune", "ray.train", "ray.air"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+class _TuneRestoreHints:
+    """A logging filter: Tune's lines on Ctrl-C ("Stop signal received…", "Experiment has been
+    interrupted… Resume experiment with: Tuner.restore(…)") speak of its Python API; the
+    command's own line says what to do (``--resume``)."""
+
+    HIDDEN = ("Stop signal received", "has been interrupted, but the most recent state")
+
+    def filter(self, record) -> bool:
+        text = str(record.msg)
+        return not any(h in text for h in self.HIDDEN)
+
+
+def hide_tune_restore_hints() -> None:
+    import logging
+
+    log = logging.getLogger("ray.tune.tune")
+    if not any(isinstance(f, _TuneRestoreHints) for f in log.filters):
+        log.addFilter(_TuneRestoreHints())

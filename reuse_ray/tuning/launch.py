@@ -63,12 +63,12 @@ def launch(
     ``concurrency`` at once, each reporting to the console as ``stage`` (of ``total``)."""
     from ray import tune
 
-    from .console import ConsoleReporter
+    from .console import ConsoleReporter, hide_tune_restore_hints, quiet_tune
     from .interrupt import InterruptWatch
 
     if verbose < 1:
         quiet_tune()
-    _hide_tune_restore_hints()
+    hide_tune_restore_hints()
 
     storage, fs = tune_storage(spec.results_dir)
     name = f"{spec.name}-{stage}"
@@ -317,41 +317,6 @@ class Launcher:
         self(spec, "final", param_space={"final": tune.grid_search(points)}, total=len(points))
         runs = read_table(spec.results_dir, "runs")
         return runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
-
-
-def quiet_tune() -> None:
-    """Our own console lines only: no experiment box, no INFO chatter from Tune, and not its
-    warning that the experiment state is snapshotted often. That warning comes whenever trials
-    checkpoint every few seconds (``checkpoint_every`` rounds of a short run): with
-    ``num_to_keep`` set, Tune snapshots its state once a trial has kept that many checkpoints,
-    which is what keeps a resumed sweep consistent; on a fast machine the quickstart printed it
-    nine times, three lines each. A threshold the user set is kept."""
-    import logging
-
-    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
-    os.environ.setdefault("TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S", "0")
-    for name in ("ray.tune", "ray.train", "ray.air"):
-        logging.getLogger(name).setLevel(logging.WARNING)
-
-
-class _TuneRestoreHints:
-    """A logging filter: Tune's lines on Ctrl-C ("Stop signal received…", "Experiment has been
-    interrupted… Resume experiment with: Tuner.restore(…)") speak of its Python API; the
-    command's own line says what to do (``--resume``)."""
-
-    HIDDEN = ("Stop signal received", "has been interrupted, but the most recent state")
-
-    def filter(self, record) -> bool:
-        text = str(record.msg)
-        return not any(h in text for h in self.HIDDEN)
-
-
-def _hide_tune_restore_hints() -> None:
-    import logging
-
-    log = logging.getLogger("ray.tune.tune")
-    if not any(isinstance(f, _TuneRestoreHints) for f in log.filters):
-        log.addFilter(_TuneRestoreHints())
 
 
 def check_tune_state_is_yours(path: str) -> None:

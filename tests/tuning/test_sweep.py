@@ -500,7 +500,7 @@ def test_the_quiet_console_silences_tunes_snapshot_warning_unless_the_user_set_i
     console sets the threshold Tune's checkpoint manager reads to 0, keeping a user's own."""
     from ray.tune.execution.experiment_state import _ExperimentCheckpointManager
 
-    from reuse_ray.tuning.launch import quiet_tune
+    from reuse_ray.tuning.console import quiet_tune
 
     name = "TUNE_WARN_EXCESSIVE_EXPERIMENT_CHECKPOINT_SYNC_THRESHOLD_S"
     # set first, so monkeypatch restores both variables as they were before the test
