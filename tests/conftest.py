@@ -279,6 +279,15 @@ def received(client: int, value, n: int = 1):
     return Received(client, n, value)
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nobody listens on now (for a server a test starts)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 def ray_temp_dir() -> str:
     """A short, unique root for a Ray instance a test starts (RAY_TMPDIR); Unix socket paths
     under it stay within their length limit."""

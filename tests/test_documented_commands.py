@@ -14,13 +14,12 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import ray_temp_dir, stop_ray_under
+from conftest import free_port, ray_temp_dir, stop_ray_under
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -126,12 +125,6 @@ def test_every_file_a_command_names_exists():
                 assert (ROOT / word).is_file(), (cmd, word)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
     """A folder that looks like a checkout, with a home of its own, and one Ray instance of
@@ -148,9 +141,9 @@ def sandbox(tmp_path_factory):
     env["REUSE_RAY_RESULTS"] = str(home / "reuse_ray_results")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env.pop("RAY_ADDRESS", None)
-    port = _free_port()
+    port = free_port()
     head = [shutil.which("ray") or "ray", "start", "--head", "--num-cpus", "2"]
-    head += ["--port", str(port), "--dashboard-agent-listen-port", str(_free_port())]
+    head += ["--port", str(port), "--dashboard-agent-listen-port", str(free_port())]
     head += ["--include-dashboard", "false", "--disable-usage-stats"]
     try:
         start = subprocess.run(head, env=env, capture_output=True, text=True, timeout=120)

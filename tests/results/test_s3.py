@@ -17,6 +17,7 @@ import time
 import pandas as pd
 import pytest
 import ray
+from conftest import free_port
 
 from reuse_ray.results import read_table
 from reuse_ray.tuning import load_sweep, run_sweep
@@ -36,12 +37,6 @@ SMALL = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """(endpoint host:port) of a moto S3 server with an empty bucket ``bucket``; AWS variables
@@ -51,7 +46,7 @@ def s3(tmp_path_factory):
         pytest.fail(
             "moto's server is missing: it comes with the test extra (pip install -e '.[test]')"
         )
-    port = _free_port()
+    port = free_port()
     log = tmp_path_factory.mktemp("moto") / "moto.log"
     proc = subprocess.Popen(
         [exe, "-H", "127.0.0.1", "-p", str(port)], stdout=log.open("w"), stderr=subprocess.STDOUT

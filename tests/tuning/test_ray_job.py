@@ -6,25 +6,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from conftest import ray_temp_dir, stop_ray_under
+from conftest import free_port, ray_temp_dir, stop_ray_under
 
 from reuse_ray.results import read_table
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _submit(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
@@ -44,7 +37,7 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
     temp = ray_temp_dir()  # this test's own Ray: its own port, temp dir and processes
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=temp)
     env.pop("RAY_ADDRESS", None)
-    port, dash, agent = _free_port(), _free_port(), _free_port()
+    port, dash, agent = free_port(), free_port(), free_port()
     # the job agent on a port of its own: another Ray instance on the machine (the one started
     # below) takes the default agent port, and jobs then find "No available agent"
     start = subprocess.run(
