@@ -170,14 +170,11 @@ def _open(
     ensure_ray(address or (spec.base.get("engine") or {}).get("ray_address"))
     spec = sweep_folder(spec, resume or final_only)
     where = display(spec.results_dir)
-
-    def started(spec: SweepSpec) -> bool:
-        """Its Tune experiments are there, or (a copied folder) its trials table."""
-        store = Storage.of(spec.results_dir)
-        tune = any(store.is_dir("_tune", f"{spec.name}-{s}") for s in ("search", "final"))
-        return tune or (final_only and store.is_file(trials_file(spec.name)))
-
-    open_folder(spec, resume, final_only, "sweep", started(spec), say)
+    # started: its Tune experiments are there, or (--final over a copied folder) its trials
+    store = Storage.of(spec.results_dir)
+    started = any(store.is_dir("_tune", f"{spec.name}-{s}") for s in ("search", "final"))
+    started = started or (final_only and store.is_file(trials_file(spec.name)))
+    open_folder(spec, resume, final_only, "sweep", started, say)
     import ray
 
     resources = ray.cluster_resources()
