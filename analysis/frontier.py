@@ -27,6 +27,7 @@ from .load import Results
 from .stats import bootstrap_ci, mean_sd
 from .tables import MIN_CI_PAIRS, pareto_mask
 
+PENDING = "pending"  # chosen, no finished final run yet
 UNABLE = "unable"
 
 
@@ -68,6 +69,14 @@ def _diff_text(n: int, mean: float, lo: float, hi: float, digits: int = 3) -> st
     return f"{mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
 
 
+def _acc_text(mean: float, sd: float) -> str:
+    """Mean ± SD; ``pending`` for a choice with no finished final run yet (a study still
+    computing)."""
+    if not np.isfinite(mean):
+        return PENDING
+    return f"{mean:.3f} ± {sd:.3f}" if np.isfinite(sd) else f"{mean:.3f}"
+
+
 def level_table(res: Results, study: dict) -> pd.DataFrame:
     """Per workload, level and arm (most accurate first): the label its choice ran under,
     seeds, test accuracy (mean ± SD), mean cumulative restricted uplink (MB) against the
@@ -97,7 +106,7 @@ def level_table(res: Results, study: dict) -> pd.DataFrame:
                         "arm": arm,
                         "label": label,
                         "seeds": runs["seed"].nunique(),
-                        "test acc": f"{m:.3f} ± {s:.3f}" if np.isfinite(s) else f"{m:.3f}",
+                        "test acc": _acc_text(m, s),
                         "uplink MB": round(float(runs["up_restricted"].mean()) / 1e6, 2),
                         "Δ test acc vs the level's best": diff,
                     }
@@ -278,7 +287,8 @@ def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
         "uplink), each arm's most accurate search configuration within it, rerun on the fresh "
         "seeds: final-round test accuracy (mean ± SD), its uplink, and the paired difference to "
         "the level's most accurate arm (bootstrap 95 % CI from 5 pairs on). `unable`: no "
-        "finished configuration of the arm stayed within the level.\n",
+        "finished configuration of the arm stayed within the level; `pending`: chosen, its "
+        "final runs not finished yet.\n",
         markdown(level_table(res, study), digits=3),
         "\n## The frontier\n",
         "Every final label's mean test accuracy against its mean cumulative uplink; "

@@ -13,7 +13,6 @@ failed or diverged re-evaluation counts as the objective's penalty, never as a s
 from __future__ import annotations
 
 import json
-import math
 
 import pandas as pd
 
@@ -32,76 +31,105 @@ def candidates(trials: pd.DataFrame, top: int) -> pd.DataFrame:
 
 
 def points(cands: pd.DataFrame, seeds: tuple[int, ...]) -> list[dict]:
-    """One run per candidate and further seed: the candidate's parameters with that seed."""
-    return [dict(json.loads(p), seed=int(s)) for p in cands["params_json"] for s in seeds]
+    """One run per candidate and further seed: the candidate's parameters with that seed (and
+    a study's arm as its ``label``)."""
+    out = []
+    for _, row in cands.iterrows():
+        arm = row.get("arm")
+        for s in seeds:
+            point = dict(json.loads(row["params_json"]), seed=int(s))
+            out.append(point if arm is None or pd.isna(arm) else dict(point, label=arm))
+    return out
 
 
-def _objective(row: pd.Series) -> float:
-    value = row["objective_value"]
-    ok = row["status"] == "finished" and value is not None and not math.isnan(float(value))
-    return float(value) if ok else PENALTY
+def seed_mean(row: pd.Series, trials: pd.DataFrame, seeds, column: str, penalty: float) -> float:
+    """The mean of ``column`` over a candidate's search row and its re-evaluation run on each
+    of ``seeds`` (the same configuration, of the same arm in a study); a run that is missing or
+    did not finish with a validation accuracy counts as ``penalty``."""
+    again = trials[trials["stage"].eq("reeval") & trials["params_json"].eq(row["params_json"])]
+    if "arm" in again:
+        again = again[again["arm"].eq(row["arm"])]
+    per_seed = {int(r["seed"]): _value(r, column, penalty) for _, r in again.iterrows()}
+    values = [_value(row, column, penalty)] + [per_seed.get(int(s), penalty) for s in seeds]
+    return sum(values) / len(values)
+
+
+def _value(row: pd.Series, column: str, penalty: float) -> float:
+    v = row[column]
+    ok = row["status"] == "finished" and not pd.isna(row["val_acc"])
+    return float(v) if ok and v is not None and not pd.isna(v) else penalty
 
 
 def choose(trials: pd.DataFrame, spec: SweepSpec, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the chosen search rows, best mean first; ``trials`` with ``selection_mean`` set on every
-    candidate's search row). A candidate's mean is over its search run and one run per
-    re-evaluation seed; a seed whose run is missing counts as the penalty."""
+    candidate's search row): a candidate's mean objective over its search run and one run per
+    re-evaluation seed (:func:`seed_mean`)."""
     cands = candidates(trials, spec.search.reeval_top)
-    again = trials[trials["stage"].eq("reeval")]
     out = trials.copy()
     means = {}
     for idx, row in cands.iterrows():
-        runs = again[again["params_json"].eq(row["params_json"])]
-        per_seed = {int(r["seed"]): _objective(r) for _, r in runs.iterrows()}
-        values = [_objective(row)] + [per_seed.get(s, PENALTY) for s in spec.search.reeval_seeds]
-        means[idx] = sum(values) / len(values)
+        means[idx] = seed_mean(row, trials, spec.search.reeval_seeds, "objective_value", PENALTY)
         out.loc[idx, "selection_mean"] = means[idx]
     order = sorted(means, key=lambda i: (-means[i], -float(cands.loc[i, "val_acc"])))
     return out.loc[order[:top]], out
 
 
-def run_stage(spec: SweepSpec, trials: pd.DataFrame, reference, table, run) -> pd.DataFrame:
-    """The re-evaluation stage: the candidates rerun on each ``search.reeval_seeds`` seed as
-    Tune trials of stage ``reeval``, launched by the sweep's :class:`.launch.Launcher` ``run``;
-    returns ``trials`` with their rows (``table`` builds them from Tune's results, as for the
-    search stage)."""
+def run_stage(spec: SweepSpec, cands: pd.DataFrame, run, what: str, **kw):
+    """The re-evaluation stage of a sweep or of a study's workload: the candidates rerun on
+    each ``search.reeval_seeds`` seed as Tune trials of stage ``reeval`` (validation only),
+    launched by :class:`.launch.Launcher` ``run`` (``kw``: its further arguments); ``what``
+    heads the console's line. Returns (the points, their Tune results), or None without
+    candidates."""
     from ray import tune
 
-    cands = candidates(trials, spec.search.reeval_top)
     pts = points(cands, spec.search.reeval_seeds)
     if not pts:
-        return trials
+        return None
     run.say(
-        f"robust selection: the best {len(cands)} configurations again on search seeds "
-        f"{list(spec.search.reeval_seeds)} ({len(pts)} validation-only runs)"
+        f"{what} again on search seeds {list(spec.search.reeval_seeds)} ({len(pts)} "
+        "validation-only runs)"
     )
-    results = run(
-        spec,
-        "reeval",
-        param_space={"final": tune.grid_search(pts)},
-        reference=reference,
-        total=len(pts),
-    )
-    return pd.concat([trials, table(spec, results, reference, "reeval")], ignore_index=True)
+    grid = {"final": tune.grid_search(pts)}
+    return pts, run(spec, "reeval", param_space=grid, total=len(pts), **kw)
 
 
-def gap_lines(trials: pd.DataFrame, chosen: pd.DataFrame, final_runs: pd.DataFrame) -> list[str]:
-    """Per selected configuration: search-stage minus fresh-seed validation accuracy, with one
-    search seed and with the mean over the search and re-evaluation seeds."""
-    again = trials[trials["stage"].eq("reeval")]
-    lines = []
-    for j, (_, row) in enumerate(chosen.iterrows()):
-        fresh = final_runs[final_runs["label"].eq(f"selected-{j}")]["final_val_acc"].mean()
-        seeds = again[again["params_json"].eq(row["params_json"])]["val_acc"]
-        mean_val = pd.concat([pd.Series([row["val_acc"]]), seeds]).mean()
+def selection_gaps(
+    trials: pd.DataFrame, chosen: dict[str, pd.Series], finals: pd.DataFrame
+) -> dict[str, dict[str, float]]:
+    """Per final label and the search row it was chosen as: search-stage minus fresh-seed
+    validation accuracy, on the search seed alone and as the mean over the search seed and
+    its re-evaluation runs (the accuracies they measured), with how many seeds that mean is
+    over and the fresh-seed mean itself. Labels without a fresh-seed accuracy are left out."""
+    out = {}
+    for label, row in chosen.items():
+        fresh = finals[finals["label"].eq(label)]["final_val_acc"].mean()
         if pd.isna(fresh):
             continue
-        lines.append(
-            f"selection gap of selected-{j} (search − fresh-seed validation accuracy): "
-            f"{row['val_acc'] - fresh:+.4f} on the search seed, {mean_val - fresh:+.4f} as the "
-            f"mean over {1 + len(seeds)} search seeds (fresh: {fresh:.4f})"
+        again = trials[trials["stage"].eq("reeval") & trials["params_json"].eq(row["params_json"])]
+        if "arm" in again:
+            again = again[again["arm"].eq(row["arm"])]
+        mean = pd.concat([pd.Series([row["val_acc"]]), again["val_acc"]]).mean()
+        out[label] = {
+            "search_seed": float(row["val_acc"]) - fresh,
+            "mean": float(mean) - fresh,
+            "seeds": 1 + len(again),
+            "fresh": float(fresh),
+        }
+    return out
+
+
+def gap_line(label: str, gap: dict[str, float]) -> str:
+    """The console's line on one label's selection gap."""
+    return (
+        f"selection gap of {label} (search − fresh-seed validation accuracy): "
+        f"{gap['search_seed']:+.4f} on the search seed"
+        + (
+            f", {gap['mean']:+.4f} as the mean over {gap['seeds']} search seeds"
+            if gap["seeds"] > 1
+            else ""
         )
-    return lines
+        + f" (fresh: {gap['fresh']:.4f})"
+    )
 
 
-__all__ = ["PENALTY", "candidates", "choose", "gap_lines", "points", "run_stage"]
+__all__ = ["PENALTY", "candidates", "choose", "gap_line", "points", "run_stage", "selection_gaps"]

@@ -39,13 +39,15 @@ import pandas as pd
 
 from ..errors import UserError
 from ..machine import code_commit, describe_machine
-from ..results import read_table
 from ..results.reader import STUDY_FILE, read_metadata
 from ..results.storage import Storage, display
 from . import study_select
+from . import trials as table
+from .launch import final_points as launch_points
+from .pipeline import Experiment, Plan, run_experiment
+from .reeval import gap_line, selection_gaps
 from .spec import SweepSpec
 from .study_spec import Arm, StudySpec, arm_points, is_study, load_study, parse_study
-from .trials import trial_row, write_trials
 
 
 def _metadata(
@@ -90,79 +92,83 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def run_study(
-    spec: StudySpec,
-    resume: bool = False,
-    say=print,
-    verbose: int = 0,
-    mlflow: str | None = None,
-    address: str | None = None,
-    final_only: bool = False,
-) -> pd.DataFrame:
+def run_study(spec: StudySpec, **options: Any) -> pd.DataFrame:
     """Search (unless ``final_only``: the search's runs must be in the results), select and
-    rerun every arm on every workload; returns the final-stage runs."""
-    from .sweep import report_at_end
+    rerun every arm on every workload — the pipeline (:func:`.pipeline.run_experiment`, which
+    names the ``options``) over each workload; returns the final-stage runs."""
+    outcomes = run_experiment(StudyExperiment(spec), **options)
+    finals = [f for _, _, f in outcomes if f is not None]
+    return pd.concat(finals, ignore_index=True) if finals else pd.DataFrame()
 
-    spec, started, t0, attempts = _open(spec, resume, say, address, final_only)
-    final_runs, gaps, choices = [], {}, {}
-    store = Storage.of(spec.results_dir)
 
-    def chose(w: str, record: dict) -> None:
+class StudyExperiment(Experiment):
+    """A study file as the pipeline runs it: a plan per workload, and ``study.json`` — the
+    study's record, written when it opens (running, with every launch), as each workload's
+    choices are made, and when it ends (finished or interrupted, with its wall time)."""
+
+    what = "study"
+
+    def __init__(self, spec: StudySpec):
+        self.spec = spec
+        self.choices: dict[str, Any] = {}
+        self.gaps: dict[str, Any] = {}
+
+    def address(self, given: str | None) -> str | None:
+        return given
+
+    def started(self, final_only: bool) -> bool:
+        self.old = read_metadata(self.spec.results_dir)
+        return self.old is not None
+
+    def workload_specs(self) -> list[SweepSpec]:
+        return [self.spec.sweep_spec(w) for w in self.spec.workloads]
+
+    def opened(self, final_only: bool) -> None:
+        old = self.old or {}
+        self.started_at = old.get("started_at") or _now()
+        # a resumed study's wall time goes on from what it had spent
+        self.t0 = time.perf_counter() - float(old.get("wall_s") or 0.0)
+        self.attempts = [*old.get("attempts", []), _attempt(final_only)]
+        self.record("running")
+
+    def record(self, status: str, wall: float | None = None, **more) -> None:
+        meta = _metadata(self.spec, self.started_at, wall, status, self.attempts)
+        meta.update(more, choices=self.choices)
+        Storage.of(self.spec.results_dir).write_bytes(
+            STUDY_FILE, json.dumps(meta, indent=2).encode()
+        )
+
+    def header(self, run, resources) -> str:
+        spec = self.spec
+        return (
+            f"study {spec.name}: {len(spec.arms)} arms x {spec.trials_per_arm} validation-only "
+            f"trials on each of {len(spec.workloads)} workloads ({', '.join(spec.workloads)}), "
+            f"then the selected configurations on fresh seeds {list(spec.final_seeds)}"
+        )
+
+    def plans(self):
+        for w in self.spec.workloads:
+            yield StudyPlan(self, w)
+
+    def chose(self, w: str, record: dict) -> None:
         """A workload's choices, in study.json as soon as they are made (before its final
         stage): the report of a study still computing knows which label is which level."""
-        choices[w] = record
-        meta = dict(_metadata(spec, started, None, "running", attempts), choices=choices)
-        store.write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
+        self.choices[w] = record
+        self.record("running")
 
-    try:
-        for w in spec.workloads:
-            finals_w, gaps[w] = _workload(
-                spec, w, resume or final_only, say, verbose, mlflow, chose, final_only
-            )
-            final_runs.append(finals_w)
-    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: the study is recorded as interrupted
-        meta = dict(_metadata(spec, started, None, "interrupted", attempts), choices=choices)
-        meta["wall_s"] = time.perf_counter() - t0  # what --resume's wall clock goes on from
-        Storage.of(spec.results_dir).write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
-        raise
-    wall = time.perf_counter() - t0
-    meta = dict(_metadata(spec, started, wall, "finished", attempts), selection_gaps=gaps)
-    meta["choices"] = choices
-    Storage.of(spec.results_dir).write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
-    say(f"study {spec.name} finished in {wall / 60:.1f} min; Parquet: {display(spec.results_dir)}")
-    report_at_end(spec.results_dir, say)
-    return pd.concat(final_runs, ignore_index=True)
+    def interrupted(self) -> None:
+        # the wall time so far: what --resume's wall clock goes on from
+        meta = _metadata(self.spec, self.started_at, None, "interrupted", self.attempts)
+        meta.update(choices=self.choices, wall_s=time.perf_counter() - self.t0)
+        Storage.of(self.spec.results_dir).write_bytes(
+            STUDY_FILE, json.dumps(meta, indent=2).encode()
+        )
 
-
-def _open(
-    spec: StudySpec, resume: bool, say, address: str | None, final_only: bool = False
-) -> tuple[StudySpec, str, float, list]:
-    """Connect (before naming a dated folder: a cluster that does not answer leaves none), refuse
-    a start over results or a resume of nothing, and record the study as running; returns the
-    spec with its folder, the start date and the wall clock's origin (a resumed study's wall
-    time goes on from what it had spent)."""
-    from ..distributed import ensure_ray
-    from .sweep import open_folder, sweep_folder
-
-    ensure_ray(address)
-    spec = sweep_folder(spec, resume or final_only, what="study")
-    old = read_metadata(spec.results_dir)
-    open_folder(spec, resume, final_only, "study", old is not None, say)
-    store = Storage.of(spec.results_dir)
-    started = (old or {}).get("started_at") or _now()
-    t0 = time.perf_counter() - float((old or {}).get("wall_s") or 0.0)
-    attempts = [*(old or {}).get("attempts", []), _attempt(final_only)]
-    meta = _metadata(spec, started, None, "running", attempts)
-    store.write_bytes(STUDY_FILE, json.dumps(meta, indent=2).encode())
-    import optuna
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    say(
-        f"study {spec.name}: {len(spec.arms)} arms x {spec.trials_per_arm} validation-only "
-        f"trials on each of {len(spec.workloads)} workloads ({', '.join(spec.workloads)}), "
-        f"then the selected configurations on fresh seeds {list(spec.final_seeds)}"
-    )
-    return spec, started, t0, attempts
+    def finished(self, outcomes: list, say) -> None:
+        wall = time.perf_counter() - self.t0
+        self.record("finished", wall, selection_gaps=self.gaps)
+        where = display(self.spec.results_dir)
+        say(f"study {self.spec.name} finished in {wall / 60:.1f} min; Parquet: {where}")
 
 
 def _attempt(final_only: bool) -> dict[str, Any]:
@@ -176,66 +182,59 @@ def _attempt(final_only: bool) -> dict[str, Any]:
     }
 
 
-def _workload(
-    spec: StudySpec,
-    w: str,
-    resume: bool,
-    say,
-    verbose: int,
-    mlflow: str | None,
-    chose=None,
-    final_only: bool = False,
-) -> tuple[pd.DataFrame, dict]:
-    """One workload: every arm's search (unless ``final_only``), its selection (after robust
-    re-evaluation, if asked), then the final stage; returns its final runs and the selection
-    gaps per arm."""
-    import ray
+class StudyPlan(Plan):
+    """One workload of a study: every arm's drawn points searched under the arm's budget,
+    selected per arm by each objective and uplink level (after robust re-evaluation, if
+    asked), each choice on the fresh seeds."""
 
-    from .launch import Launcher, derive_concurrency
+    def __init__(self, exp: StudyExperiment, w: str):
+        study = exp.spec
+        self.exp, self.study, self.w = exp, study, w
+        self.spec = study.sweep_spec(w)
+        self.points = [dict(p, label=a.name) for a in study.arms for p in arm_points(study, a)]
 
-    sweep = spec.sweep_spec(w)
-    concurrency = derive_concurrency(sweep, ray.cluster_resources())
-    points = [dict(p, label=a.name) for a in spec.arms for p in arm_points(spec, a)]
-    run = Launcher(concurrency, resume, say, verbose, mlflow)
-    if final_only:
-        trials = _finished_search(spec, sweep, points, w)
-    else:
-        _search(spec, sweep, points, run, w)
-        trials = _trials(spec, sweep, points)
-    if spec.search.reeval_top:
-        trials = study_select.reeval(spec, sweep, trials, _trials, run)
-    trials = study_select.selection_values(trials, spec)
-    chosen = study_select.select(trials, spec)
-    levels, unable, limits = study_select.select_levels(trials, spec, chosen)
-    for arm, got in levels.items():
-        chosen.setdefault(arm, {}).update(got)
-    trials = study_select.mark(trials, chosen)
-    write_trials(spec.results_dir, sweep.name, trials.drop(columns=["trial_index"]))
-    if chose is not None:
-        chose(w, choices_record(spec, chosen, unable, limits))
-    for line in study_select.budget_lines(trials, spec, sweep.search.client_rounds):
-        say(f"[{w}] {line}")
-    for line in _chosen_lines(spec, chosen, unable, limits):
-        say(f"[{w}] {line}")
-    finals = final_points(spec, chosen)
-    say(f"[{w}] final: {len(finals)} runs on fresh seeds, test split read once")
-    finals_w = run.final(sweep, finals)
-    gaps = study_select.selection_gaps(trials, chosen, finals_w)
-    for arm, g in gaps.items():
-        say(
-            f"[{w}] selection gap of {arm} (search − fresh-seed validation accuracy): "
-            f"{g['search_seed']:+.4f} on the search seed"
-            + (
-                f", {g['mean']:+.4f} as the mean over {g['seeds']} search seeds"
-                if g["seeds"] > 1
-                else ""
-            )
-        )
-    return finals_w, gaps
+    def search(self, run) -> pd.DataFrame:
+        results = _search(self.study, self.spec, self.points, run, self.w)
+        return _trials(self.study, self.spec, self.points, results=results)
+
+    def finished_search(self) -> pd.DataFrame:
+        return _finished_search(self.study, self.spec, self.points, self.w)
+
+    def choose(self, run, trials: pd.DataFrame):
+        study = self.study
+        if study.search.reeval_top:
+            trials = study_select.reeval(study, self.spec, trials, _trials, run)
+        trials = study_select.selection_values(trials, study)
+        chosen = study_select.select(trials, study)
+        levels, self.unable, self.limits = study_select.select_levels(trials, study, chosen)
+        for arm, got in levels.items():
+            chosen.setdefault(arm, {}).update(got)
+        return chosen, study_select.mark(trials, chosen).drop(columns=["trial_index"])
+
+    def said_choice(self, chosen, trials: pd.DataFrame, say) -> None:
+        study, w = self.study, self.w
+        self.exp.chose(w, choices_record(study, chosen, self.unable, self.limits))
+        for line in study_select.budget_lines(trials, study, self.spec.search.client_rounds):
+            say(f"[{w}] {line}")
+        for line in _chosen_lines(study, chosen, self.unable, self.limits):
+            say(f"[{w}] {line}")
+
+    def finals(self, chosen) -> list[dict[str, Any]]:
+        return final_points(self.study, chosen)
+
+    def final_line(self, n: int) -> str:
+        return f"[{self.w}] final: {n} runs on fresh seeds, test split read once"
+
+    def after_final(self, chosen, trials, finals: pd.DataFrame, say) -> None:
+        rows = {arm: got["val_acc"] for arm, got in chosen.items() if "val_acc" in got}
+        gaps = self.exp.gaps[self.w] = selection_gaps(trials, rows, finals)
+        for arm, gap in gaps.items():
+            say(f"[{self.w}] {gap_line(arm, gap)}")
 
 
-def _search(spec: StudySpec, sweep: SweepSpec, points: list, run, w: str) -> None:
-    """The workload's validation-only search stage: every arm's points, each arm's budget."""
+def _search(spec: StudySpec, sweep: SweepSpec, points: list, run, w: str):
+    """The workload's validation-only search stage: every arm's points, each arm's budget;
+    its Tune results."""
     per_round = sweep.run_config().fl.clients_per_round
     budget, n = sweep.search.client_rounds, spec.trials_per_arm
     run.say(
@@ -244,7 +243,7 @@ def _search(spec: StudySpec, sweep: SweepSpec, points: list, run, w: str) -> Non
         else f"[{w}] search: up to {n} configurations per arm, {budget} client-rounds per "
         f"arm, {run.concurrency} trials at a time"
     )
-    run(
+    return run(
         sweep,
         "search",
         total=f"at most {len(points)}" if budget else len(points),
@@ -301,19 +300,16 @@ def final_labels(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> dict[tup
 
 
 def final_points(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The final stage's runs: each arm's selected configurations on every final seed, under
-    the labels of :func:`final_labels` (each configuration once)."""
-    finals, labels = [], final_labels(spec, chosen)
+    """The final stage's runs (:func:`.launch.final_points`): each arm's selected
+    configurations under the labels of :func:`final_labels`, each configuration once."""
+    configs, labels = [], final_labels(spec, chosen)
     for arm in (a.name for a in spec.arms):
         seen: set[str] = set()
         for objective, row in chosen.get(arm, {}).items():
-            if row["params_json"] in seen:
-                continue
-            seen.add(row["params_json"])
-            params = json.loads(row["params_json"])
-            label = labels[(arm, objective)]
-            finals += [dict(params, seed=s, label=label) for s in spec.final_seeds]
-    return finals
+            if row["params_json"] not in seen:
+                seen.add(row["params_json"])
+                configs.append((labels[(arm, objective)], json.loads(row["params_json"])))
+    return launch_points(configs, spec.final_seeds)
 
 
 def choices_record(spec: StudySpec, chosen, unable, limits) -> dict[str, Any]:
@@ -342,44 +338,17 @@ def _trials(
     sweep: SweepSpec,
     points: list[dict[str, Any]],
     stage: str = "search",
+    results=None,
 ) -> pd.DataFrame:
-    """One row per trial of ``stage``, read from the runs table (the record), in point order.
-    With a client-round budget, a point its arm's budget left untried has no row."""
-    runs = read_table(spec.results_dir, "runs").drop_duplicates("run_id", keep="last")
-    runs = runs.set_index("run_id")
-    per_round = sweep.run_config().fl.clients_per_round
-    rows = []
-    for k, point in enumerate(points):
-        params = {key: v for key, v in point.items() if key not in ("label", "seed")}
-        seed = point.get("seed")
-        run_id = sweep.run_config(params if seed is None else {**params, "seed": seed}).run_id
-        r = runs.loc[run_id] if run_id in runs.index else None
-        if r is None and sweep.search.client_rounds and stage == "search":
-            continue
-        val = None if r is None or pd.isna(r["final_val_acc"]) else float(r["final_val_acc"])
-        reached = None if r is None else int(r["rounds_completed"])
-        rows.append(
-            trial_row(
-                sweep=sweep.name,
-                stage=stage,
-                run_id=run_id,
-                searcher="random",
-                objective=",".join(spec.objectives),
-                params=params,
-                status="missing" if r is None else str(r["status"]),
-                trial_id=None if r is None else r["trial_id"],
-                val_acc=val,
-                cum_up_restricted=None if r is None else _num(r["cum_up_restricted"]),
-                cum_saving_restricted=None if r is None else _num(r["cum_saving_restricted"]),
-                error=None if r is None else r["error"],
-                round_reached=reached,
-                client_rounds=None if reached is None else reached * per_round,
-                arm=point["label"],
-                seed=seed,
-                trial_index=k if stage == "search" else None,
-            )
-        )
-    return pd.DataFrame(rows)
+    """One row per point of ``stage`` (its Tune result, where the stage ran), in point
+    order; with a client-round budget, a point its arm's budget left untried has no row."""
+    return table.build(
+        sweep,
+        stage,
+        table.entries(stage, points, results),
+        searcher="random",
+        objective=",".join(spec.objectives),
+    )
 
 
 def _search_args(spec: StudySpec, sweep: SweepSpec, points: list, per_round: int) -> dict:

@@ -10,7 +10,6 @@ over the search and re-evaluation seeds.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pandas as pd
@@ -111,25 +110,18 @@ def candidates(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
 def reeval(spec, sweep, trials, table, run) -> pd.DataFrame:
     """Robust selection's stage ``reeval``: every arm's candidates on each further search seed
     (validation only), appended to the trials as rows of that stage (``table(spec, sweep,
-    points, stage)`` reads them from the runs table; ``run``: the study's
-    :class:`.launch.Launcher`)."""
-    from ray import tune
+    points, stage, results)`` builds them; ``run``: the study's :class:`.launch.Launcher`)."""
+    from .reeval import run_stage
 
     cands = candidates(trials, spec)
-    pts = [
-        dict(json.loads(row["params_json"]), seed=int(s), label=row["arm"])
-        for _, row in cands.iterrows()
-        for s in spec.search.reeval_seeds
-    ]
-    if not pts:
-        return trials
-    run.say(
-        f"[{sweep.name.removeprefix(spec.name + '-')}] robust selection: {len(cands)} candidate "
-        f"configurations again on search seeds {list(spec.search.reeval_seeds)} ({len(pts)} "
-        "validation-only runs)"
+    w = sweep.name.removeprefix(spec.name + "-")
+    ran = run_stage(
+        sweep, cands, run, f"[{w}] robust selection: {len(cands)} candidate configurations"
     )
-    run(sweep, "reeval", param_space={"final": tune.grid_search(pts)}, total=len(pts))
-    return pd.concat([trials, table(spec, sweep, pts, stage="reeval")], ignore_index=True)
+    if ran is None:
+        return trials
+    again = table(spec, sweep, ran[0], stage="reeval", results=ran[1])
+    return pd.concat([trials, again], ignore_index=True)
 
 
 def selection_values(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
@@ -137,7 +129,7 @@ def selection_values(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
     candidate the means over its search run and one run per re-evaluation seed (a seed whose
     run did not finish counts as the penalty: a configuration that fails again loses);
     ``selection_mean`` records the candidates' mean validation accuracy."""
-    from .reeval import PENALTY
+    from .reeval import PENALTY, seed_mean
 
     out = trials.copy()
     out["sel_val"] = out["val_acc"]
@@ -145,24 +137,14 @@ def selection_values(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
     out["selection_mean"] = float("nan")
     if "stage" not in out or not out["stage"].eq("reeval").any():
         return out
-    again = out[out["stage"].eq("reeval")]
+    seeds, reran = spec.search.reeval_seeds, out[out["stage"].eq("reeval")]
     for idx, row in out[out["stage"].eq("search")].iterrows():
-        mine = again[again["arm"].eq(row["arm"]) & again["params_json"].eq(row["params_json"])]
-        if not len(mine) or row["status"] != "finished" or pd.isna(row["val_acc"]):
+        mine = reran["arm"].eq(row["arm"]) & reran["params_json"].eq(row["params_json"])
+        if not mine.any() or row["status"] != "finished" or pd.isna(row["val_acc"]):
             continue
-        per_seed = {
-            int(r["seed"]): (r["val_acc"], r["cum_saving_restricted"])
-            for _, r in mine.iterrows()
-            if r["status"] == "finished" and not pd.isna(r["val_acc"])
-        }
-        vals = [row["val_acc"]] + [
-            per_seed.get(s, (PENALTY, 0.0))[0] for s in spec.search.reeval_seeds
-        ]
-        savings = [row["cum_saving_restricted"] or 0.0] + [
-            per_seed.get(s, (0.0, 0.0))[1] or 0.0 for s in spec.search.reeval_seeds
-        ]
-        out.loc[idx, ["sel_val", "selection_mean"]] = sum(vals) / len(vals)
-        out.loc[idx, "sel_saving"] = sum(savings) / len(savings)
+        mean = seed_mean(row, out, seeds, "val_acc", PENALTY)
+        out.loc[idx, ["sel_val", "selection_mean"]] = mean
+        out.loc[idx, "sel_saving"] = seed_mean(row, out, seeds, "cum_saving_restricted", 0.0)
     return out
 
 
@@ -182,34 +164,6 @@ def budget_lines(trials: pd.DataFrame, spec: StudySpec, budget: int) -> list[str
             + (f", robust selection {again} more" if again else "")
         )
     return lines
-
-
-def selection_gaps(
-    trials: pd.DataFrame, chosen: dict[str, dict[str, Any]], finals: pd.DataFrame
-) -> dict[str, dict[str, float]]:
-    """Per arm's main (val_acc) selection: search-stage minus fresh-seed validation accuracy,
-    on the search seed alone and as the mean over the search and re-evaluation seeds."""
-    out = {}
-    for arm, got in chosen.items():
-        row = got.get("val_acc")
-        fresh = finals[finals["label"].eq(arm)]["final_val_acc"]
-        if row is None or not fresh.notna().any():
-            continue
-        seeds = 1 + int(
-            (
-                trials["stage"].eq("reeval")
-                & trials["arm"].eq(arm)
-                & trials["params_json"].eq(row["params_json"])
-            ).sum()
-        )
-        f = float(fresh.mean())
-        out[arm] = {
-            "search_seed": float(row["val_acc"]) - f,
-            "mean": float(row["sel_val"]) - f,
-            "seeds": seeds,
-            "fresh": f,
-        }
-    return out
 
 
 def mark(trials: pd.DataFrame, chosen: dict[str, dict[str, Any]]) -> pd.DataFrame:
@@ -232,6 +186,5 @@ __all__ = [
     "reeval",
     "select",
     "select_levels",
-    "selection_gaps",
     "selection_values",
 ]

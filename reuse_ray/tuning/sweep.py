@@ -1,4 +1,5 @@
-"""Running a sweep: the validation-only search stage, the trials table and the final stage.
+"""A sweep file's plan (:mod:`.pipeline` runs it): one workload whose one searched arm draws its
+configurations from a searcher, and the final stage's references.
 
 Search: a Ray Tune experiment whose trials each run one FL run in a placement group reserving
 everything the trial needs (its driver, and on the Ray engine its client workers), with Optuna
@@ -13,7 +14,6 @@ finished trials are not rerun and unfinished ones continue from their last check
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import json
 from dataclasses import dataclass
@@ -22,12 +22,14 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UserError
-from ..results.storage import Storage, dated_folder, display, join, latest_dated
-from . import reeval
-from .launch import Launcher, derive_concurrency, set_aside_damaged
+from ..results.storage import Storage, display, join
+from . import launch, reeval
+from . import trials as table
+from .launch import Launcher, derive_concurrency
+from .pipeline import Experiment, Plan, run_experiment
 from .spaces import load_space
 from .spec import SweepSpec
-from .trials import pareto_front, search_trials, trial_row, trials_file, write_trials
+from .trials import pareto_front, trials_file
 
 
 @dataclass(frozen=True)
@@ -80,23 +82,6 @@ def make_scheduler(spec: SweepSpec, metric: str | None):
     return make()
 
 
-def sweep_folder(spec, resume: bool, what: str = "sweep"):
-    """The spec (a sweep's or a study's) with its own folder: a folder of dated sweeps gets a
-    fresh dated folder (``--resume``: its newest)."""
-    if not spec.dated:
-        return spec
-    if resume:
-        newest = latest_dated(spec.results_dir)
-        if newest is None:
-            raise UserError(
-                f"--resume: no earlier {what} {spec.name!r} under "
-                f"{display(spec.results_dir)} — run it without --resume, or give "
-                "its folder with --results"
-            )
-        return dataclasses.replace(spec, results_dir=newest, dated=False)
-    return dataclasses.replace(spec, results_dir=dated_folder(spec.results_dir), dated=False)
-
-
 def _reference_val(spec: SweepSpec, say) -> float | None:
     """The retention objective's reference: validation accuracy of the reference run."""
     if spec.search.objective != "retention":
@@ -123,98 +108,96 @@ def select(df: pd.DataFrame, spec: SweepSpec, top: int) -> pd.DataFrame:
     return ok.sort_values(["objective_value", "val_acc"], ascending=False).head(top)
 
 
-def run_sweep(
-    spec: SweepSpec,
-    resume: bool = False,
-    final_only: bool = False,
-    say=print,
-    verbose: int = 0,
-    mlflow: str | None = None,
-    address: str | None = None,
-) -> SweepOutcome:
-    """Search (unless ``final_only``), write the trials table, then the final stage.
-
-    ``verbose``: 0 prints our own trial lines only; 1 adds Tune's status tables; 2 also every
-    trial's per-round lines. ``address``: the Ray cluster to join (else the base config's
-    ``engine.ray_address``, else ``$RAY_ADDRESS``, else a new local Ray)."""
-    spec, run = _open(spec, resume, final_only, say, verbose, mlflow, address)
-    trials_path = join(spec.results_dir, trials_file(spec.name))
-    reference = None
-    if spec.search.searcher == "none":
-        trials = _protocol_trials(spec)
-    elif final_only:
-        trials = _finished_search(spec, trials_path)
-    else:
-        reference = _reference_val(spec, say)
-        trials = _search(spec, run, reference)
-    chosen, trials = _choose(spec, run, trials, reference)
-    trials["selected"] = trials["run_id"].isin(chosen["run_id"])
-    write_trials(spec.results_dir, spec.name, trials)
-    _say_choice(spec, chosen, trials, trials_path, say)
+def run_sweep(spec: SweepSpec, **options: Any) -> SweepOutcome:
+    """Search (unless ``final_only``), write the trials table, then the final stage: the
+    pipeline (:func:`.pipeline.run_experiment`, which names the ``options``) over the sweep's
+    one workload."""
+    exp = Sweep(spec)
+    [(chosen, trials, final_runs)] = run_experiment(exp, **options)
     selected = [json.loads(p) for p in chosen["params_json"]]
-    final_runs = None
-    if spec.final is not None and selected:
-        final_runs = _final_stage(spec, run, selected, trials, chosen)
-    say(f"Parquet: {display(spec.results_dir)}  (pandas.read_parquet(DIR/'rounds'))")
-    report_at_end(spec.results_dir, say)
-    return SweepOutcome(spec.results_dir, trials, selected, final_runs)
+    return SweepOutcome(exp.spec.results_dir, trials, selected, final_runs)
 
 
-def _open(
-    spec: SweepSpec, resume, final_only, say, verbose, mlflow, address=None
-) -> tuple[SweepSpec, Launcher]:
-    """Connect, name the sweep's folder (after connecting: a cluster that does not answer
-    leaves no dated folder behind), refuse a start over results or a resume of nothing."""
-    from ..distributed import ensure_ray
+class Sweep(Experiment, Plan):
+    """A sweep file as the pipeline runs it: one workload (its plan is itself) whose searched
+    arm — or unsearched grid — is chosen from, then rerun with the final stage's references;
+    no record of its own."""
 
-    ensure_ray(address or (spec.base.get("engine") or {}).get("ray_address"))
-    spec = sweep_folder(spec, resume or final_only)
-    where = display(spec.results_dir)
-    # started: its Tune experiments are there, or (--final over a copied folder) its trials
-    store = Storage.of(spec.results_dir)
-    started = any(store.is_dir("_tune", f"{spec.name}-{s}") for s in ("search", "final"))
-    started = started or (final_only and store.is_file(trials_file(spec.name)))
-    open_folder(spec, resume, final_only, "sweep", started, say)
-    import ray
+    what = "sweep"
 
-    resources = ray.cluster_resources()
-    concurrency = derive_concurrency(spec, resources)
-    if verbose < 1:
-        import optuna
+    def __init__(self, spec: SweepSpec):
+        self.spec, self.reference = spec, None
 
-        optuna.logging.set_verbosity(optuna.logging.WARNING)
-    say(
-        f"sweep {spec.name}: {spec.search.searcher} over "
-        f"{spec.search.space or list(spec.search.grid)} ({spec.search.objective}), "
-        f"{spec.search.num_samples} samples, {concurrency} concurrent trials of "
-        f"{spec.trial.bundles()} on {resources.get('CPU', 0):g} CPUs / "
-        f"{resources.get('GPU', 0):g} GPUs; "
-        f"results in {where}"
-    )
-    return spec, Launcher(concurrency, resume, say, verbose, mlflow)
+    def address(self, given: str | None) -> str | None:
+        return given or (self.spec.base.get("engine") or {}).get("ray_address")
 
+    def started(self, final_only: bool) -> bool:
+        # its Tune experiments are there, or (--final over a copied folder) its trials
+        store, name = Storage.of(self.spec.results_dir), self.spec.name
+        started = any(store.is_dir("_tune", f"{name}-{s}") for s in ("search", "final"))
+        return started or (final_only and store.is_file(trials_file(name)))
 
-def open_folder(spec, resume: bool, final_only: bool, what: str, started: bool, say) -> None:
-    """A sweep's or a study's folder, opened as asked: refuse a start over earlier results,
-    or a ``--resume``/``--final`` where nothing was started; check it is writable; with
-    either, set every damaged table file aside (named on the console)."""
-    where = display(spec.results_dir)
-    say(f"results root: {where}")
-    if started and not resume and not final_only:
-        raise UserError(
-            f"{what} {spec.name!r} already has results in {where}; pass --resume to continue "
-            "it, or --results DIR for a new one"
+    def workload_specs(self) -> list[SweepSpec]:
+        return [self.spec]
+
+    def header(self, run: Launcher, resources: dict[str, float]) -> str:
+        s = self.spec
+        return (
+            f"sweep {s.name}: {s.search.searcher} over "
+            f"{s.search.space or list(s.search.grid)} ({s.search.objective}), "
+            f"{s.search.num_samples} samples, {run.concurrency} concurrent trials of "
+            f"{s.trial.bundles()} on {resources.get('CPU', 0):g} CPUs / "
+            f"{resources.get('GPU', 0):g} GPUs; "
+            f"results in {display(s.results_dir)}"
         )
-    if (resume or final_only) and not started:
-        flag = "--resume" if resume else "--final"
-        raise UserError(
-            f"{flag}: nothing to resume in {where} (no {what} {spec.name!r} was started "
-            f"there) — run it without {flag} to start one there, or give the folder of the "
-            f"interrupted {what} with --results"
+
+    def plans(self):
+        yield self
+
+    def finished(self, outcomes: list, say) -> None:
+        say(f"Parquet: {display(self.spec.results_dir)}  (pandas.read_parquet(DIR/'rounds'))")
+
+    def search(self, run: Launcher) -> pd.DataFrame:
+        if self.spec.search.searcher == "none":
+            return _protocol_trials(self.spec)
+        self.reference = _reference_val(self.spec, run.say)
+        return _search(self.spec, run, self.reference)
+
+    def finished_search(self) -> pd.DataFrame:
+        if self.spec.search.searcher == "none":
+            return _protocol_trials(self.spec)
+        return _finished_search(self.spec)
+
+    def choose(self, run: Launcher, trials: pd.DataFrame):
+        chosen, trials = _choose(self.spec, run, trials, self.reference)
+        trials["selected"] = trials["run_id"].isin(chosen["run_id"])
+        return chosen, trials
+
+    def said_choice(self, chosen, trials: pd.DataFrame, say) -> None:
+        _say_choice(self.spec, chosen, trials, say)
+
+    def finals(self, chosen) -> list[dict[str, Any]]:
+        if self.spec.final is None or not len(chosen):
+            return []
+        return final_points(self.spec, [json.loads(p) for p in chosen["params_json"]])
+
+    def final_line(self, n: int) -> str:
+        return (
+            f"final stage: {n} runs on fresh seeds {list(self.spec.final.seeds)}, "
+            "test split read once at the final round"
         )
-    Storage.of(spec.results_dir).check_writable(keep=True)
-    if resume or final_only:
-        set_aside_damaged(spec.results_dir, say)
+
+    def after_final(self, chosen, trials, finals: pd.DataFrame, say) -> None:
+        if self.spec.search.reeval_top:
+            rows = {f"selected-{j}": row for j, (_, row) in enumerate(chosen.iterrows())}
+            for label, gap in reeval.selection_gaps(trials, rows, finals).items():
+                say(reeval.gap_line(label, gap))
+        for (label, method), grp in finals.groupby(["label", "cfg.method.name"]):
+            say(
+                f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "
+                f"{grp['seed'].nunique()} seeds, cum_saving="
+                f"{100 * grp['cum_saving_restricted'].mean():.2f}%"
+            )
 
 
 def _protocol_trials(spec: SweepSpec) -> pd.DataFrame:
@@ -223,28 +206,38 @@ def _protocol_trials(spec: SweepSpec) -> pd.DataFrame:
     combos = [
         dict(zip(keys, v, strict=True)) for v in itertools.product(*spec.search.grid.values())
     ]
-    return pd.DataFrame(
-        [
-            trial_row(
-                sweep=spec.name,
-                stage="protocol",
-                run_id=spec.run_config(c).run_id,
-                searcher="none",
-                objective=spec.search.objective,
-                params=c,
-                status="not searched",
-                selected=True,
-            )
-            for c in combos
-        ]
+    trials = table.build(
+        spec,
+        "protocol",
+        [table.Entry(c) for c in combos],
+        searcher="none",
+        objective=spec.search.objective,
+        missing="not searched",
     )
+    return trials.assign(selected=True)
 
 
-def _finished_search(spec: SweepSpec, trials_path: str) -> pd.DataFrame:
+def search_trials(
+    spec: SweepSpec, results, reference, stage: str = "search", points=None
+) -> pd.DataFrame:
+    """One row per trial of a sweep stage (``search``: per Tune result; ``reeval``: per point),
+    scored by the sweep's objective."""
+    rows = table.build(
+        spec,
+        stage,
+        table.entries(stage, points, results),
+        searcher=spec.search.searcher,
+        objective=spec.search.objective,
+    )
+    return table.score(rows, spec, reference)
+
+
+def _finished_search(spec: SweepSpec) -> pd.DataFrame:
     """``--final``: the trials table an earlier search wrote."""
     store = Storage.of(spec.results_dir)
     if not store.is_file(trials_file(spec.name)):
-        raise UserError(f"--final needs a finished search: {trials_path} is missing")
+        where = join(spec.results_dir, trials_file(spec.name))
+        raise UserError(f"--final needs a finished search: {where} is missing")
     return pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
 
 
@@ -292,14 +285,20 @@ def _choose(
     if spec.search.searcher == "none":
         return trials, trials
     if spec.search.reeval_top:
-        trials = reeval.run_stage(spec, trials, reference, search_trials, run)
+        cands = reeval.candidates(trials, spec.search.reeval_top)
+        what = f"robust selection: the best {len(cands)} configurations"
+        ran = reeval.run_stage(spec, cands, run, what, reference=reference)
+        if ran is not None:
+            again = search_trials(spec, ran[1], reference, "reeval", ran[0])
+            trials = pd.concat([trials, again], ignore_index=True)
         return reeval.choose(trials, spec, top)
     return select(trials, spec, top), trials
 
 
-def _say_choice(spec: SweepSpec, chosen, trials, trials_path: str, say) -> None:
+def _say_choice(spec: SweepSpec, chosen, trials, say) -> None:
     """The console's line on what was chosen; no finished trial is the user's error, with every
     trial's error listed."""
+    trials_path = join(spec.results_dir, trials_file(spec.name))
     if spec.search.searcher == "none":
         say(f"protocol: {len(chosen)} grid configurations go straight to the final stage")
         return
@@ -323,65 +322,11 @@ def _say_choice(spec: SweepSpec, chosen, trials, trials_path: str, say) -> None:
 
 
 def final_points(spec: SweepSpec, selected: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The final stage's runs: the selected configurations on every seed first, the references
-    after (Tune starts grid points in order, so a long sweep finishes its answer before its
-    controls); a reference with ``seeds`` runs on those only."""
-    points = [
-        dict(params, seed=seed, label=f"selected-{j}")
-        for seed in spec.final.seeds
-        for j, params in enumerate(selected)
-    ]
-    for seed in spec.final.seeds:
-        for ref in spec.final.compare:
-            fields = {k: v for k, v in ref.items() if k != "seeds"}
-            if seed in ref.get("seeds", spec.final.seeds):
-                points.append(dict(fields, seed=seed))
-    return points
-
-
-def _final_stage(spec: SweepSpec, run: Launcher, selected, trials, chosen) -> pd.DataFrame:
-    """The selected configurations and the references on the fresh seeds, the test split read
-    once at the final round; the console's per-label summary (and selection gaps)."""
-
-    say = run.say
-    points = final_points(spec, selected)
-    say(
-        f"final stage: {len(points)} runs on fresh seeds {list(spec.final.seeds)}, "
-        "test split read once at the final round"
-    )
-    final_runs = run.final(spec, points)
-    if spec.search.reeval_top:
-        for line in reeval.gap_lines(trials, chosen, final_runs):
-            say(line)
-    for (label, method), grp in final_runs.groupby(["label", "cfg.method.name"]):
-        say(
-            f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "
-            f"{grp['seed'].nunique()} seeds, cum_saving="
-            f"{100 * grp['cum_saving_restricted'].mean():.2f}%"
-        )
-    return final_runs
-
-
-def report_at_end(location: str, say) -> None:
-    """Write the report of a finished sweep or study, then say where the results are; a report
-    that fails loses no result and says how to retry."""
-    where = display(location)
-    try:
-        import warnings
-
-        from analysis import write_report
-        from analysis.report import report_line
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            report = write_report(location)
-        say(report_line(report))
-    except Exception as err:  # noqa: BLE001 - the results stay; only the report is missing
-        say(
-            f"report: not written ({type(err).__name__}: {err}); run reuse-ray report "
-            f"{where} to retry"
-        )
-    say(f"results root: {where}")
+    """The final stage's runs (:func:`.launch.final_points`): the selected configurations,
+    ``selected-<j>``, then the references (a long sweep finishes its answer before its
+    controls)."""
+    configs = [(f"selected-{j}", params) for j, params in enumerate(selected)]
+    return launch.final_points(configs, spec.final.seeds, spec.final.compare)
 
 
 __all__ = ["SweepOutcome", "derive_concurrency", "pareto_front", "run_sweep"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import pandas as pd
@@ -101,77 +102,157 @@ def pareto_front(df: pd.DataFrame) -> pd.Series:
     return pd.Series(out, index=df.index)
 
 
-def search_trials(
-    spec: SweepSpec, results, reference: float | None, stage: str = "search"
-) -> pd.DataFrame:
-    """One row per Tune result of a sweep stage (``search`` or ``reeval``), the runs table's
-    record taking precedence over what the trial reported; Pareto membership over the finished
-    rows."""
-    from .trainable import objective_value
+@dataclass(frozen=True)
+class Entry:
+    """One trial of a stage as the trials table sees it: its configuration, its seed (a
+    re-evaluation's; None: the workload's), its arm (a study's ``label``), its place in the
+    arm's drawn order (a study's ``trial_index``) and the Tune result of the trial that ran it
+    (None where none did: ``--final``, or a point a spent budget left untried)."""
 
+    params: dict[str, Any]
+    seed: int | None = None
+    label: str | None = None
+    index: int | None = None
+    result: Any = None
+
+
+def entries(stage: str, points: list[dict[str, Any]] | None = None, results=None) -> list[Entry]:
+    """A stage's trials: its ``points`` in order (each a config with its ``label``; a
+    re-evaluation's with its ``seed``) with the Tune result that ran each, where one did; or,
+    for a searcher that drew its own configurations (no points), one per Tune result in
+    Tune's order."""
+    results, seeded = list(results or []), stage == "reeval"
+    if points is None:
+        return [_entry(_config(r), seeded, r) for r in results]
+    by_point = {_key(_config(r)): r for r in results}
+    return [_entry(dict(p), seeded, by_point.get(_key(p)), k) for k, p in enumerate(points)]
+
+
+def _config(result) -> dict[str, Any]:
+    config = result.config or {}
+    return dict(config.get("final", config))
+
+
+def _key(point: dict[str, Any]) -> str:
+    return json.dumps(point, sort_keys=True, default=str)
+
+
+def _entry(point: dict[str, Any], seeded: bool, result=None, index: int | None = None) -> Entry:
+    label, seed = point.pop("label", None), point.pop("seed", None) if seeded else None
+    return Entry(point, seed, label, index, result)
+
+
+def build(
+    spec: SweepSpec,
+    stage: str,
+    trials: list[Entry],
+    *,
+    searcher: str,
+    objective: str,
+    missing: str = "missing",
+) -> pd.DataFrame:
+    """One row per trial of a sweep's or a study's ``stage``: what the runs table recorded
+    for its run (the record), else what its trial reported, else ``missing`` (a point that
+    never ran). A trial that reported a spent budget, or (budgeted search) a point no trial
+    ran, tried no configuration and has no row."""
     runs, per_round = _safe_runs(spec.results_dir), spec.run_config().fl.clients_per_round
+    budgeted = stage == "search" and spec.search.client_rounds
     rows = []
-    for r in results:
-        metrics = r.metrics or {}
+    for e in trials:
+        metrics = (e.result.metrics or {}) if e.result is not None else {}
         if metrics.get("status") == "budget spent":
-            continue  # started after the client-round budget was spent: no configuration tried
-        params = dict((r.config or {}).get("final", r.config or {}))
-        seed = params.pop("seed", None) if stage == "reeval" else None
-        try:
-            run_id = spec.run_config(params if seed is None else {**params, "seed": seed}).run_id
-        except Exception:  # noqa: BLE001 - a bad parameter combination is reported as an error
-            run_id = None
-        status, val, saving, reached = _recorded(r, metrics, run_id, runs)
-        known = val is not None and not math.isnan(val)
-        value = objective_value(
-            spec.search.objective, val, saving, reference, spec.search.retention
-        )
+            continue
+        run_id = _run_id(spec, e.params, e.seed)
+        rec = _recorded(e.result, run_id, runs)
+        if rec is None and budgeted:
+            continue
+        rec = rec or {"status": missing}
+        reached = rec.get("round_reached")
+        extra = {} if e.label is None else {"arm": e.label}
+        if e.index is not None and stage == "search":
+            extra["trial_index"] = e.index
         rows.append(
             trial_row(
                 sweep=spec.name,
                 stage=stage,
-                trial_id=metrics.get("trial_id"),
                 run_id=run_id,
-                searcher=spec.search.searcher,
-                objective=spec.search.objective,
-                params=params,
-                status=str(status),
-                val_acc=val,
-                cum_up_restricted=metrics.get("cum_up_restricted"),
-                cum_saving_restricted=saving,
-                reference_val_acc=reference,
-                objective_value=value if known else None,
-                error=_error_text(r.error) if r.error else metrics.get("error"),
+                searcher=searcher,
+                objective=objective,
+                params=e.params,
                 round_reached=reached,
                 client_rounds=None if reached is None else int(reached) * per_round,
-                seed=seed,
+                seed=e.seed,
+                **extra,
+                **{k: v for k, v in rec.items() if k != "round_reached"},
             )
         )
-    df = pd.DataFrame(rows)
-    if len(df):
-        ok = df["status"].eq("finished") & df["val_acc"].notna()
-        if ok.any():
-            df.loc[ok, "on_pareto_front"] = pareto_front(df[ok]).to_numpy()
+    return pd.DataFrame(rows)
+
+
+def _run_id(spec: SweepSpec, params: dict[str, Any], seed: int | None) -> str | None:
+    try:
+        return spec.run_config(params if seed is None else {**params, "seed": seed}).run_id
+    except Exception:  # noqa: BLE001 - a bad parameter combination is reported as an error
+        return None
+
+
+def score(df: pd.DataFrame, spec: SweepSpec, reference: float | None) -> pd.DataFrame:
+    """A sweep's rows with the searcher's objective value (``reference``: the retention
+    objective's reference accuracy) and Pareto membership over the finished rows."""
+    from .trainable import objective_value
+
+    df = df.copy()
+    if not len(df):
+        return df
+    s = spec.search
+    df["reference_val_acc"] = reference
+    df["objective_value"] = [
+        objective_value(s.objective, v, saving, reference, s.retention)
+        if v is not None and not math.isnan(v)
+        else None
+        for v, saving in zip(df["val_acc"], df["cum_saving_restricted"], strict=True)
+    ]
+    ok = df["status"].eq("finished") & df["val_acc"].notna()
+    if ok.any():
+        df.loc[ok, "on_pareto_front"] = pareto_front(df[ok]).to_numpy()
     return df
 
 
-def _recorded(result, metrics: dict, run_id: str | None, runs) -> tuple:
-    """(status, val_acc, saving, round reached) of a trial: the runs table's record where it has
-    the run, else what the trial reported; a trial that raised or that a user error ended is
-    ``error`` either way."""
-    # a trial that raised (Tune's error), or one a user error ended (its last report)
-    failed = result.error is not None or metrics.get("status") == "error"
-    status = "error" if failed else metrics.get("status", "unknown")
-    val, saving = metrics.get("val_acc"), metrics.get("cum_saving_restricted")
-    reached = metrics.get("round")
+def _recorded(result, run_id: str | None, runs) -> dict[str, Any] | None:
+    """(status, trial id, validation accuracy, bytes, saving, round reached, error) of a
+    trial: the runs table's record where it has the run, else what the trial reported; a
+    trial that raised or that a user error ended is ``error`` either way; None: neither."""
+    metrics = (result.metrics or {}) if result is not None else {}
+    failed = result is not None and (result.error is not None or metrics.get("status") == "error")
+    error = _error_text(result.error) if failed and result.error else metrics.get("error")
+    rec = None
     if run_id is not None and runs is not None and run_id in runs.index:
+        r = runs.loc[run_id]
         # the runs table is the record: a run that diverged before its first evaluation has
-        # no validation accuracy there (NaN), whatever Tune was told to keep its searcher going
-        status = runs.loc[run_id, "status"] if not failed else "error"
-        val = _float_or_nan(runs.loc[run_id, "final_val_acc"])
-        saving = _float_or_nan(runs.loc[run_id, "cum_saving_restricted"])
-        reached = int(runs.loc[run_id, "rounds_completed"])
-    return status, val, saving, reached
+        # no validation accuracy there, whatever Tune was told to keep its searcher going
+        rec = {
+            "status": str(r["status"]),
+            "trial_id": r["trial_id"],
+            "val_acc": _num(r["final_val_acc"]),
+            "cum_up_restricted": _num(r["cum_up_restricted"]),
+            "cum_saving_restricted": _num(r["cum_saving_restricted"]),
+            "round_reached": int(r["rounds_completed"]),
+            "error": error or r["error"],
+        }
+    elif result is not None:
+        rec = {
+            "status": str(metrics.get("status", "unknown")),
+            "val_acc": metrics.get("val_acc"),
+            "cum_up_restricted": metrics.get("cum_up_restricted"),
+            "cum_saving_restricted": metrics.get("cum_saving_restricted"),
+            "round_reached": metrics.get("round"),
+            "error": error,
+        }
+    if rec is not None and result is not None:
+        rec["trial_id"] = metrics.get("trial_id")
+        if failed:
+            rec["status"] = "error"
+    return rec
 
 
 def _error_text(err: BaseException) -> str:
@@ -184,8 +265,8 @@ def _error_text(err: BaseException) -> str:
     return lines[-1] if lines else type(err).__name__
 
 
-def _float_or_nan(v: Any) -> float:
-    return float("nan") if v is None or pd.isna(v) else float(v)
+def _num(v: Any) -> float | None:
+    return None if v is None or pd.isna(v) else float(v)
 
 
 def _safe_runs(results_dir: str) -> pd.DataFrame | None:

@@ -119,6 +119,12 @@ def test_the_level_table_and_the_frontier_from_hand_made_final_runs():
     assert got.loc[("up25", "topk"), "seeds"] == 3
     assert got.loc[("up25", "topk"), "Δ test acc vs the level's best"] == ""  # it is the best
     assert got.loc[("up10", "fedavg"), "test acc"] == "unable"
+    # a study still computing: a choice whose final runs have not finished is pending, last
+    study["choices"]["w"]["arms"]["lossy"] = {"up10": {"label": "lossy@up10"}}
+    up10 = level_table(res, study).query("level == 'up10'")
+    assert up10["arm"].tolist()[-2:] == ["lossy", "fedavg"]
+    pending = up10.set_index("arm").loc["lossy"]
+    assert (pending["test acc"], pending["seeds"]) == ("pending", 0)
     front = frontier_points(res, study).set_index("label")
     assert front["on_front"].to_dict() == {"fedavg": True, "topk": True, "topk@up10": True}
     btt = bytes_to_reference_target(res, study).set_index("label")

@@ -1,4 +1,4 @@
-"""The final stage's runs, in order: the selected configurations on every seed, then the
+"""The final stage's runs, in order, seed by seed: the selected configurations on a seed, then the
 references on the seeds they name (the paper sweep's two controls run on seed 101 only)."""
 
 from __future__ import annotations
@@ -53,11 +53,12 @@ def test_a_study_runs_each_chosen_configuration_once_per_final_seed():
         },
     }
     assert spec.final_seeds == (1001, 1002)
+    # seed by seed, as a sweep's: a final stage cut short has every label on the same seeds
     assert study_points(spec, chosen) == [
         {"train.lr": 0.1, "seed": 1001, "label": "fedavg"},
-        {"train.lr": 0.1, "seed": 1002, "label": "fedavg"},
         {"dg.tau0": 0.5, "seed": 1001, "label": "dg_fedreuse"},
-        {"dg.tau0": 0.5, "seed": 1002, "label": "dg_fedreuse"},
         {"dg.tau0": 0.9, "seed": 1001, "label": "dg_fedreuse@retention"},
+        {"train.lr": 0.1, "seed": 1002, "label": "fedavg"},
+        {"dg.tau0": 0.5, "seed": 1002, "label": "dg_fedreuse"},
         {"dg.tau0": 0.9, "seed": 1002, "label": "dg_fedreuse@retention"},
     ]

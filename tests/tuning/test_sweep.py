@@ -368,7 +368,7 @@ def test_a_relative_results_dir_is_a_folder_of_dated_sweeps_under_the_results_ro
 ):
     # never the working directory: Tune runs trials in their own, and `ray job submit` runs the
     # driver in a package cache on the head node
-    from reuse_ray.tuning.sweep import sweep_folder
+    from reuse_ray.tuning.pipeline import dated as sweep_folder
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("REUSE_RAY_RESULTS", str(tmp_path / "root"))
@@ -395,7 +395,7 @@ def test_a_relative_results_dir_is_a_folder_of_dated_sweeps_under_the_results_ro
 
 def test_resume_without_an_earlier_dated_sweep_is_one_clear_error(tmp_path, monkeypatch):
     from reuse_ray.errors import UserError
-    from reuse_ray.tuning.sweep import sweep_folder
+    from reuse_ray.tuning.pipeline import dated as sweep_folder
 
     monkeypatch.setenv("REUSE_RAY_RESULTS", str(tmp_path))
     raw = yaml.safe_load(
