@@ -42,13 +42,17 @@ def points(cands: pd.DataFrame, seeds: tuple[int, ...]) -> list[dict]:
     return out
 
 
+def reruns(trials: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
+    """The re-evaluation rows of a search row's configuration (of the same arm in a study)."""
+    again = trials[trials["stage"].eq("reeval") & trials["params_json"].eq(row["params_json"])]
+    return again[again["arm"].eq(row["arm"])] if "arm" in again else again
+
+
 def seed_mean(row: pd.Series, trials: pd.DataFrame, seeds, column: str, penalty: float) -> float:
     """The mean of ``column`` over a candidate's search row and its re-evaluation run on each
     of ``seeds`` (the same configuration, of the same arm in a study); a run that is missing or
     did not finish with a validation accuracy counts as ``penalty``."""
-    again = trials[trials["stage"].eq("reeval") & trials["params_json"].eq(row["params_json"])]
-    if "arm" in again:
-        again = again[again["arm"].eq(row["arm"])]
+    again = reruns(trials, row)
     per_seed = {int(r["seed"]): _value(r, column, penalty) for _, r in again.iterrows()}
     values = [_value(row, column, penalty)] + [per_seed.get(int(s), penalty) for s in seeds]
     return sum(values) / len(values)
@@ -105,9 +109,7 @@ def selection_gaps(
         fresh = finals[finals["label"].eq(label)]["final_val_acc"].mean()
         if pd.isna(fresh):
             continue
-        again = trials[trials["stage"].eq("reeval") & trials["params_json"].eq(row["params_json"])]
-        if "arm" in again:
-            again = again[again["arm"].eq(row["arm"])]
+        again = reruns(trials, row)
         mean = pd.concat([pd.Series([row["val_acc"]]), again["val_acc"]]).mean()
         out[label] = {
             "search_seed": float(row["val_acc"]) - fresh,
@@ -132,4 +134,13 @@ def gap_line(label: str, gap: dict[str, float]) -> str:
     )
 
 
-__all__ = ["PENALTY", "candidates", "choose", "gap_line", "points", "run_stage", "selection_gaps"]
+__all__ = [
+    "PENALTY",
+    "candidates",
+    "choose",
+    "gap_line",
+    "points",
+    "reruns",
+    "run_stage",
+    "selection_gaps",
+]

@@ -45,7 +45,7 @@ from . import study_select
 from . import trials as table
 from .launch import final_points as launch_points
 from .pipeline import Experiment, Plan, run_experiment
-from .reeval import gap_line, selection_gaps
+from .reeval import gap_line, run_stage, selection_gaps
 from .spec import SweepSpec
 from .study_spec import Arm, StudySpec, arm_points, is_study, load_study, parse_study
 
@@ -158,11 +158,7 @@ class StudyExperiment(Experiment):
 
     def interrupted(self) -> None:
         # the wall time so far: what --resume's wall clock goes on from
-        meta = _metadata(self.spec, self.started_at, None, "interrupted", self.attempts)
-        meta.update(choices=self.choices, wall_s=time.perf_counter() - self.t0)
-        Storage.of(self.spec.results_dir).write_bytes(
-            STUDY_FILE, json.dumps(meta, indent=2).encode()
-        )
+        self.record("interrupted", wall_s=time.perf_counter() - self.t0)
 
     def finished(self, outcomes: list, say) -> None:
         wall = time.perf_counter() - self.t0
@@ -203,7 +199,12 @@ class StudyPlan(Plan):
     def choose(self, run, trials: pd.DataFrame):
         study = self.study
         if study.search.reeval_top:
-            trials = study_select.reeval(study, self.spec, trials, _trials, run)
+            cands = study_select.candidates(trials, study)
+            what = f"[{self.w}] robust selection: {len(cands)} candidate configurations"
+            ran = run_stage(self.spec, cands, run, what)
+            if ran is not None:
+                again = _trials(study, self.spec, ran[0], "reeval", ran[1])
+                trials = pd.concat([trials, again], ignore_index=True)
         trials = study_select.selection_values(trials, study)
         chosen = study_select.select(trials, study)
         levels, self.unable, self.limits = study_select.select_levels(trials, study, chosen)

@@ -1,6 +1,6 @@
-"""A study's selection (design: Validation-only search): robust selection's re-evaluation
-stage, the selection values it yields, the choice per arm and objective, and what the choice
-cost and how far it held on fresh seeds.
+"""A study's selection (design: Validation-only search): robust selection's candidates and the
+selection values their re-evaluation (:mod:`.reeval`) yields, the choice per arm, objective and
+uplink level, and what the search cost.
 
 With ``search.reeval_top``, every arm's best few search configurations (by validation accuracy,
 and by the retention rule) run again on each ``search.reeval_seeds`` seed, validation only, as
@@ -107,29 +107,12 @@ def candidates(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
     return pd.concat(picks).drop_duplicates(["arm", "params_json"])
 
 
-def reeval(spec, sweep, trials, table, run) -> pd.DataFrame:
-    """Robust selection's stage ``reeval``: every arm's candidates on each further search seed
-    (validation only), appended to the trials as rows of that stage (``table(spec, sweep,
-    points, stage, results)`` builds them; ``run``: the study's :class:`.launch.Launcher`)."""
-    from .reeval import run_stage
-
-    cands = candidates(trials, spec)
-    w = sweep.name.removeprefix(spec.name + "-")
-    ran = run_stage(
-        sweep, cands, run, f"[{w}] robust selection: {len(cands)} candidate configurations"
-    )
-    if ran is None:
-        return trials
-    again = table(spec, sweep, ran[0], stage="reeval", results=ran[1])
-    return pd.concat([trials, again], ignore_index=True)
-
-
 def selection_values(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
     """``sel_val`` / ``sel_saving`` per search row: its own values, or for a re-evaluated
     candidate the means over its search run and one run per re-evaluation seed (a seed whose
     run did not finish counts as the penalty: a configuration that fails again loses);
     ``selection_mean`` records the candidates' mean validation accuracy."""
-    from .reeval import PENALTY, seed_mean
+    from .reeval import PENALTY, reruns, seed_mean
 
     out = trials.copy()
     out["sel_val"] = out["val_acc"]
@@ -137,10 +120,9 @@ def selection_values(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
     out["selection_mean"] = float("nan")
     if "stage" not in out or not out["stage"].eq("reeval").any():
         return out
-    seeds, reran = spec.search.reeval_seeds, out[out["stage"].eq("reeval")]
+    seeds = spec.search.reeval_seeds
     for idx, row in out[out["stage"].eq("search")].iterrows():
-        mine = reran["arm"].eq(row["arm"]) & reran["params_json"].eq(row["params_json"])
-        if not mine.any() or row["status"] != "finished" or pd.isna(row["val_acc"]):
+        if not len(reruns(out, row)) or row["status"] != "finished" or pd.isna(row["val_acc"]):
             continue
         mean = seed_mean(row, out, seeds, "val_acc", PENALTY)
         out.loc[idx, ["sel_val", "selection_mean"]] = mean
@@ -183,7 +165,6 @@ def mark(trials: pd.DataFrame, chosen: dict[str, dict[str, Any]]) -> pd.DataFram
 __all__ = [
     "budget_lines",
     "mark",
-    "reeval",
     "select",
     "select_levels",
     "selection_values",
