@@ -216,12 +216,29 @@ def bytes_to_reference_target(res: Results, study: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _styles(labels) -> dict[str, tuple]:
+    """(colour, line style) per final label: one colour per arm, one style per selection (the
+    arm's most accurate configuration solid, each uplink level's choice its own dash)."""
+    from .plots import plt
+
+    arms = sorted({label.split("@")[0] for label in labels})
+    colour = {a: plt.cm.tab20.colors[(2 * i) % 20 + (2 * i) // 20] for i, a in enumerate(arms)}
+    dashes = ["--", ":", "-.", (0, (5, 1, 1, 1, 1, 1))]
+    levels = sorted({label.split("@")[1] for label in labels if "@" in label})
+    style = {lv: dashes[i % len(dashes)] for i, lv in enumerate(levels)}
+    return {
+        label: (colour[label.split("@")[0]], style.get(label.partition("@")[2], "-"))
+        for label in labels
+    }
+
+
 def frontier_plot(res: Results, study: dict, out: Path) -> list[Path]:
     """Per workload: validation accuracy against cumulative uplink for every final label
     (mean over seeds, min–max band), final-round test accuracy as points, the uplink levels
     as vertical lines, the non-dominated labels named; restricted ledger left, measured
-    right."""
-    from .plots import _legend, _save, plt
+    right. One colour per arm, one line style per selection (a level's choice dashed); the
+    accuracy axis starts 0.25 below the lowest final point, where the early rounds leave it."""
+    from .plots import _save, plt
 
     paths = []
     points = frontier_points(res, study)
@@ -234,39 +251,48 @@ def frontier_plot(res: Results, study: dict, out: Path) -> list[Path]:
         ]
         rounds = rounds.assign(label=rounds["run_id"].map(runs.set_index("run_id")["label"]))
         pts = points[points["workload"] == workload]
-        fig, axes = plt.subplots(1, 2, figsize=(12.8, 5.0), sharey=True)
-        for ax in axes:  # enough colours for a study's labels
-            ax.set_prop_cycle(color=plt.cm.tab20.colors)
-        for ax, ledger, col in (
-            (axes[0], "restricted", "cum_up_restricted"),
-            (axes[1], "measured", "cum_up_measured"),
-        ):
-            for label, g in rounds.groupby("label"):
-                per = g.groupby("round").agg(
-                    x=(col, "mean"),
-                    mean=("val_acc", "mean"),
-                    lo=("val_acc", "min"),
-                    hi=("val_acc", "max"),
-                )
-                style = "--" if "@" in label else "-"  # a level's own choice: dashed
-                line = ax.plot(per["x"] / 1e6, per["mean"], style, lw=1.2, label=label)[0]
-                ax.fill_between(per["x"] / 1e6, per["lo"], per["hi"], alpha=0.12)
-                p = pts[pts["label"] == label]
-                x = p[f"up_{ledger}_MB"]
-                ax.scatter(x, p["test_acc"], color=line.get_color(), marker="*", s=60, zorder=3)
-            if ledger == "restricted":
-                for level, limit in (got.get("level_bytes") or {}).items():
-                    ax.axvline(limit / 1e6, color="grey", ls=":", lw=1)
-                    ax.text(limit / 1e6, ax.get_ylim()[0], f" {level}", color="grey", fontsize=8)
-            ax.set_xscale("log")
-            ax.set_xlabel(f"cumulative {ledger} uplink (MB, log scale)")
-            ax.grid(alpha=0.3)
+        styles = _styles(rounds["label"].unique())
+        fig, axes = plt.subplots(1, 2, figsize=(12.8, 5.6), sharey=True)
+        _panel(axes[0], rounds, pts, styles, "restricted", got.get("level_bytes") or {})
+        _panel(axes[1], rounds, pts, styles, "measured", {})
         axes[0].set_ylabel("validation accuracy (lines), final test accuracy (stars)")
+        if len(pts) and pts["test_acc"].notna().any():  # the frontier's end, not round 1's
+            axes[0].set_ylim(bottom=max(0.0, float(pts["test_acc"].min()) - 0.25))
         front = ", ".join(pts[pts["on_front"]].sort_values("up_restricted_MB")["label"])
         fig.suptitle(f"{workload}: accuracy against uplink; non-dominated: {front}", fontsize=10)
-        _legend(axes[1])
+        handles, labels = axes[0].get_legend_handles_labels()
+        fig.legend(handles, labels, loc="lower center", ncol=4, fontsize=7, frameon=False)
+        fig.subplots_adjust(bottom=0.12 + 0.028 * -(-len(labels) // 4))
         paths.append(_save(fig, out / f"frontier_{workload}.png"))
     return paths
+
+
+def _panel(ax, rounds, pts, styles, ledger: str, level_bytes: dict) -> None:
+    """One ledger's panel of :func:`frontier_plot`: per label the mean validation curve over
+    seeds with its min–max band, the final test accuracy as a star, the levels' limits."""
+    col = f"cum_up_{ledger}"
+    for label, g in rounds.groupby("label"):
+        per = g.groupby("round").agg(
+            x=(col, "mean"), mean=("val_acc", "mean"), lo=("val_acc", "min"), hi=("val_acc", "max")
+        )
+        colour, style = styles[label]
+        ax.plot(per["x"] / 1e6, per["mean"], ls=style, lw=1.2, color=colour, label=label)
+        ax.fill_between(per["x"] / 1e6, per["lo"], per["hi"], color=colour, alpha=0.1)
+        p = pts[pts["label"] == label]
+        ax.scatter(p[f"up_{ledger}_MB"], p["test_acc"], color=colour, marker="*", s=60, zorder=3)
+    for level, limit in level_bytes.items():
+        ax.axvline(limit / 1e6, color="grey", ls=":", lw=1)
+        ax.text(
+            limit / 1e6,
+            0.01,
+            f" {level}",
+            color="grey",
+            fontsize=8,
+            transform=ax.get_xaxis_transform(),
+        )
+    ax.set_xscale("log")
+    ax.set_xlabel(f"cumulative {ledger} uplink (MB, log scale)")
+    ax.grid(alpha=0.3)
 
 
 def has_levels(study: dict | None) -> bool:
