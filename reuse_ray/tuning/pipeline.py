@@ -42,6 +42,9 @@ class Plan(Protocol):
 
     def search(self, run: Launcher) -> pd.DataFrame: ...  # the search stage; its trials
     def finished_search(self) -> pd.DataFrame: ...  # --final: the search the results hold
+    # the results record this workload's search as finished and chosen from (a sweep's trials
+    # table, a study's choices): --resume goes on from there, as --final does
+    def search_finished(self) -> bool: ...
     # (what was chosen, the trials marked with it), on validation metrics only
     def choose(self, run: Launcher, trials: pd.DataFrame) -> tuple[Any, pd.DataFrame]: ...
     def said_choice(self, chosen: Any, trials: pd.DataFrame, say) -> None: ...
@@ -89,7 +92,8 @@ def run_experiment(
     outcomes = []
     try:
         for plan in exp.plans():
-            outcomes.append(run_workload(plan, run, final_only))
+            searched = final_only or (resume and plan.search_finished())
+            outcomes.append(run_workload(plan, run, searched))
     except KeyboardInterrupt:
         exp.interrupted()
         raise
@@ -121,10 +125,13 @@ def open_experiment(exp: Experiment, resume, final_only, say, verbose, mlflow, a
     return run
 
 
-def run_workload(plan: Plan, run: Launcher, final_only: bool):
-    """One workload: search (or the finished search), the trials table, selection, then the
-    final stage on fresh seeds; returns (chosen, trials, final runs or None)."""
-    trials = plan.finished_search() if final_only else plan.search(run)
+def run_workload(plan: Plan, run: Launcher, searched: bool):
+    """One workload: search (``searched``: the finished search the results hold), the trials
+    table, selection, then the final stage on fresh seeds; returns (chosen, trials, final runs
+    or None). A resumed experiment whose search finished goes on from it: its search's Tune
+    state may lag its tables (or be absent from a copied folder), and a search walked again
+    would recompute the runs a scheduler stopped."""
+    trials = plan.finished_search() if searched else plan.search(run)
     chosen, trials = plan.choose(run, trials)
     write_trials(plan.spec.results_dir, plan.spec.name, trials)
     plan.said_choice(chosen, trials, run.say)

@@ -43,9 +43,11 @@ def points(cands: pd.DataFrame, seeds: tuple[int, ...]) -> list[dict]:
 
 
 def reruns(trials: pd.DataFrame, row: pd.Series) -> pd.DataFrame:
-    """The re-evaluation rows of a search row's configuration (of the same arm in a study)."""
+    """The re-evaluation rows of a search row's configuration (of the same arm in a study; a
+    sweep's rows have none, also when read back from its trials table)."""
     again = trials[trials["stage"].eq("reeval") & trials["params_json"].eq(row["params_json"])]
-    return again[again["arm"].eq(row["arm"])] if "arm" in again else again
+    arm = row.get("arm")
+    return again if arm is None or pd.isna(arm) else again[again["arm"].eq(arm)]
 
 
 def seed_mean(row: pd.Series, trials: pd.DataFrame, seeds, column: str, penalty: float) -> float:

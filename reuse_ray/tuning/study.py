@@ -196,6 +196,9 @@ class StudyPlan(Plan):
     def finished_search(self) -> pd.DataFrame:
         return _finished_search(self.study, self.spec, self.points, self.w)
 
+    def search_finished(self) -> bool:
+        return self.w in ((self.exp.old or {}).get("choices") or {})
+
     def choose(self, run, trials: pd.DataFrame):
         study = self.study
         if study.search.reeval_top:

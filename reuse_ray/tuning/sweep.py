@@ -132,10 +132,10 @@ class Sweep(Experiment, Plan):
         return given or (self.spec.base.get("engine") or {}).get("ray_address")
 
     def started(self, final_only: bool) -> bool:
-        # its Tune experiments are there, or (--final over a copied folder) its trials
+        # its Tune experiments are there, or (a copied folder) its trials table
         store, name = Storage.of(self.spec.results_dir), self.spec.name
         started = any(store.is_dir("_tune", f"{name}-{s}") for s in ("search", "final"))
-        return started or (final_only and store.is_file(trials_file(name)))
+        return started or store.is_file(trials_file(name))
 
     def workload_specs(self) -> list[SweepSpec]:
         return [self.spec]
@@ -167,6 +167,9 @@ class Sweep(Experiment, Plan):
         if self.spec.search.searcher == "none":
             return _protocol_trials(self.spec)
         return _finished_search(self.spec)
+
+    def search_finished(self) -> bool:
+        return Storage.of(self.spec.results_dir).is_file(trials_file(self.spec.name))
 
     def choose(self, run: Launcher, trials: pd.DataFrame):
         chosen, trials = _choose(self.spec, run, trials, self.reference)
@@ -238,7 +241,9 @@ def _finished_search(spec: SweepSpec) -> pd.DataFrame:
     if not store.is_file(trials_file(spec.name)):
         where = join(spec.results_dir, trials_file(spec.name))
         raise UserError(f"--final needs a finished search: {where} is missing")
-    return pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
+    trials = pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
+    # its search rows: selection reruns (or, finished, reads back) the re-evaluation stage
+    return trials[trials["stage"].ne("reeval")].reset_index(drop=True)
 
 
 def _search(spec: SweepSpec, run: Launcher, reference: float | None) -> pd.DataFrame:

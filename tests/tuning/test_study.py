@@ -152,6 +152,14 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
         assert sorted(final_again["run_id"]) == sorted(final["run_id"])
         after = read_table(out, "runs").sort_values("run_id").reset_index(drop=True)
         pd.testing.assert_frame_equal(before, after)
+        # --resume without Tune's state (a copied folder, as results/ ship): the search its
+        # study.json records as chosen from is not searched again; the same runs and rows
+        (out / "_tune").rename(tmp_path / "tune_set_aside")
+        resumed: list[str] = []
+        run_study(spec, resume=True, say=resumed.append)
+        assert not any("search:" in line for line in resumed), resumed
+        after = read_table(out, "runs").sort_values("run_id").reset_index(drop=True)
+        pd.testing.assert_frame_equal(before, after)
         # --resume or --final where no study was started: one line, nothing run, no folder
         from reuse_ray.errors import UserError
 
@@ -178,8 +186,9 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
     assert trials["selected"].all()  # one trial per arm: it is the selection
     meta = json.loads((out / "study.json").read_text())
     assert meta["status"] == "finished" and meta["trials_per_arm"] == 1 and meta["wall_s"] > 0
-    # every launch on the record: the study, then its --final; where and from which code
-    assert [a["final_only"] for a in meta["attempts"]] == [False, True]
+    # every launch on the record: the study, its --final, its --resume; where and from which
+    # code
+    assert [a["final_only"] for a in meta["attempts"]] == [False, True, False]
     from reuse_ray.machine import code_commit, describe_machine
 
     assert {a["machine"] for a in meta["attempts"]} == {describe_machine()}

@@ -439,6 +439,23 @@ def test_robust_selection_reruns_the_best_on_further_search_seeds_and_chooses_by
     assert (runs.loc[runs["stage"] == "reeval", "test_reads"] == 0).all()
     assert set(runs.loc[runs["stage"] == "reeval", "seed"]) == {11}
     assert any(m.startswith("selection gap of selected-0") for m in said), said
+    # --resume over a copy without Tune's state (results as they ship): the finished search is
+    # not searched again and its re-evaluation rows are not doubled; the same choice and rows
+    import shutil
+
+    copied = tmp_path / "copy"
+    shutil.copytree(tmp_path / "sweep", copied, ignore=shutil.ignore_patterns("_tune"))
+    again = run_sweep(parse_sweep(dict(raw, results_dir=str(copied))), resume=True, say=print)
+    assert again.selected == out.selected
+    cols = ["stage", "run_id", "seed", "status", "objective_value", "selection_mean", "selected"]
+    pd.testing.assert_frame_equal(
+        read_table(copied, "trials")[cols].sort_values(["stage", "run_id"], ignore_index=True),
+        trials[cols].sort_values(["stage", "run_id"], ignore_index=True),
+    )
+    pd.testing.assert_frame_equal(
+        read_table(copied, "runs").sort_values("run_id", ignore_index=True),
+        runs.sort_values("run_id", ignore_index=True),
+    )
 
 
 @pytest.mark.parametrize(
