@@ -156,13 +156,38 @@ def study_header(study: dict, res: Results) -> str:
         f"Study `{study['name']}`"
         + (f" (scale `{study['scale']}`)" if study.get("scale") else "")
         + f": {len(study['arms'])} arms on {', '.join(study['workloads'])}; {budget}; "
-        f"selected by {' and '.join(study['objectives'])} (retention: ≥ "
-        f"{study['retention']:g} of tuned `{study['retention_reference']}`'s validation "
-        f"accuracy); final seeds {study['final_seeds']}. Run {study['started_at'][:10]} on "
-        f"{study['machine']}"
-        + (f", wall time {wall / 60:.0f} min." if wall else " (not finished).")
-        + "\n"
+        f"{_selection(study)}; final seeds {study['final_seeds']}. {_when(study, wall)}\n"
     )
+
+
+def _selection(study: dict) -> str:
+    """How the header says the study selected: its objectives (the retention rule's bar only
+    where it is one) and its uplink levels."""
+    ref = f"tuned `{study['retention_reference']}`'s"
+    out = f"selected by {' and '.join(study['objectives'])}"
+    if "retention" in study["objectives"]:
+        out += f" (retention: ≥ {study['retention']:g} of {ref} validation accuracy)"
+    levels = study.get("uplink_levels") or []
+    if levels:
+        pct = ", ".join(f"{100 * v:g} %" for v in levels)
+        out += f" and at uplink levels {pct} of {ref} cumulative restricted uplink"
+    return out
+
+
+def _when(study: dict, wall) -> str:
+    """When and where: the dates, every machine a launch ran on, the wall time (so far, and
+    how it stands, for a study not finished)."""
+    days = sorted({d[:10] for d in (study.get("started_at"), study.get("finished_at")) if d})
+    attempts = study.get("attempts") or []
+    machines = list(dict.fromkeys([a["machine"] for a in attempts if a.get("machine")]))
+    machines = machines or [study["machine"]]
+    out = f"Run {' to '.join(days)} on {' and '.join(machines)}"
+    status = study.get("status", "finished")
+    if not wall:
+        return out + " (not finished)."
+    if status != "finished":
+        return out + f", wall time so far {wall / 60:.0f} min ({status})."
+    return out + f", wall time {wall / 60:.0f} min."
 
 
 def budget_section(study: dict, res: Results, full: bool = True) -> list[str]:

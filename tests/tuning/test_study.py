@@ -275,6 +275,23 @@ def test_report_leaderboard_prints_the_study_header(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "Study `study`: 2 arms on digits; 6 validation-only search trials" in out
     assert "Run 2026-11-30 on 2 CPUs (test), wall time 60 min." in out
+    assert "selected by val_acc; final seeds" in out  # no retention bar where none selects
+    # uplink levels, an interrupted study, launches on two machines: all said
+    later = dict(
+        meta,
+        uplink_levels=[0.1, 0.25],
+        status="interrupted",
+        attempts=[{"machine": "2 CPUs (one)"}, {"machine": "2 CPUs (two)"}],
+    )
+    (tmp_path / "study.json").write_text(json.dumps(later))
+    assert main(["report", str(tmp_path), "--leaderboard"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert (
+        "selected by val_acc and at uplink levels 10 %, 25 % of tuned `topk_fedavg`'s "
+        "cumulative restricted uplink; final seeds [1001, 1002]. Run 2026-11-30 on 2 CPUs "
+        "(one) and 2 CPUs (two), wall time so far 60 min (interrupted)." in head
+    )
+    (tmp_path / "study.json").write_text(json.dumps(copy.deepcopy(meta)))
     assert "Δ test acc vs fed_ef" in out and "+0.020 (2 pairs)" in out
     # a budget in client-rounds with ASHA and robust selection: said, and a table per arm
     from reuse_ray.tuning.trials import trial_row, write_trials
