@@ -178,7 +178,8 @@ def test_tpe_search_then_final_stage_validation_only(tmp_path):
     with pytest.raises(UserError, match="--resume"):
         run_sweep(parse_sweep(raw), say=lambda m: None)
     # a crafted tuner.pkl left group-writable: --resume refuses it, and nothing is unpickled
-    state = next((tmp_path / "sweep" / "_tune").glob("*-search/tuner.pkl"))
+    # (the final stage's: --resume goes on from the finished search without its Tune state)
+    state = next((tmp_path / "sweep" / "_tune").glob("*-final/tuner.pkl"))
     marker = tmp_path / "unpickled"
     state.write_bytes(pickle.dumps(_Payload(marker)))
     state.chmod(0o664)
