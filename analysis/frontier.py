@@ -24,17 +24,29 @@ import numpy as np
 import pandas as pd
 
 from .load import Results
-from .stats import bootstrap_ci, mean_sd
-from .tables import MIN_CI_PAIRS, pareto_mask
+from .stats import bootstrap_ci, mean_sd, paired_text
+from .tables import pareto_mask
 
 PENDING = "pending"  # chosen, no finished final run yet
 UNABLE = "unable"
 
 
 def _workload_runs(res: Results, study: dict, workload: str) -> pd.DataFrame:
-    sweep = f"{study['name']}-{workload}"
-    runs = res.runs
-    return runs[(runs["stage"] == "final") & (runs["sweep"] == sweep)]
+    return _final_of(res.runs, study, workload)
+
+
+def _final_of(runs: pd.DataFrame, study: dict, workload: str) -> pd.DataFrame:
+    if not len(runs):
+        return runs
+    return runs[(runs["stage"] == "final") & (runs["sweep"] == f"{study['name']}-{workload}")]
+
+
+def _diverged(res: Results, study: dict, workload: str) -> pd.Series:
+    """Per final label, how many of its runs diverged (left out of every mean)."""
+    bad = _final_of(res.excluded_runs, study, workload)
+    if not len(bad):
+        return pd.Series(dtype=int)
+    return bad[bad["status"] == "diverged"].groupby("label").size()
 
 
 def _final_rows(res: Results, runs: pd.DataFrame) -> pd.DataFrame:
@@ -61,14 +73,6 @@ def _paired(a: pd.DataFrame, b: pd.DataFrame, value: str, seed: int = 0) -> tupl
     return len(d), (float(d.mean()) if len(d) else float("nan")), lo, hi
 
 
-def _diff_text(n: int, mean: float, lo: float, hi: float, digits: int = 3) -> str:
-    if not n or not np.isfinite(mean):
-        return ""
-    if n < MIN_CI_PAIRS:
-        return f"{mean:+.{digits}f} ({n} pairs)"
-    return f"{mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"
-
-
 def _acc_text(mean: float, sd: float) -> str:
     """Mean ± SD; ``pending`` for a choice with no finished final run yet (a study still
     computing)."""
@@ -81,10 +85,13 @@ def level_table(res: Results, study: dict) -> pd.DataFrame:
     """Per workload, level and arm (most accurate first): the label its choice ran under,
     seeds, test accuracy (mean ± SD), mean cumulative restricted uplink (MB) against the
     level's limit, and the paired test-accuracy difference to the level's most accurate arm;
-    an arm no configuration of which stayed within the level is a row marked ``unable``."""
+    an arm no configuration of which stayed within the level is a row marked ``unable``. The
+    ``diverged`` column counts the label's final runs that diverged: they are in no mean, and
+    the paired differences use the seeds both labels finished."""
     rows = []
     for workload, got in (study.get("choices") or {}).items():
         finals = _final_rows(res, _workload_runs(res, study, workload))
+        diverged = _diverged(res, study, workload)
         for level, limit in (got.get("level_bytes") or {}).items():
             arms = []
             for arm, objectives in (got.get("arms") or {}).items():
@@ -97,7 +104,7 @@ def level_table(res: Results, study: dict) -> pd.DataFrame:
             arms.sort(key=lambda a: -a[3] if np.isfinite(a[3]) else np.inf)
             best = arms[0] if arms else None
             for arm, label, runs, m, s in arms:
-                diff = "" if arm == best[0] else _diff_text(*_paired(runs, best[2], "test_acc"))
+                diff = "" if arm == best[0] else paired_text(*_paired(runs, best[2], "test_acc"))
                 rows.append(
                     {
                         "workload": workload,
@@ -106,6 +113,7 @@ def level_table(res: Results, study: dict) -> pd.DataFrame:
                         "arm": arm,
                         "label": label,
                         "seeds": runs["seed"].nunique(),
+                        "diverged": int(diverged.get(label, 0)),
                         "test acc": _acc_text(m, s),
                         "uplink MB": round(float(runs["up_restricted"].mean()) / 1e6, 2),
                         "Δ test acc vs the level's best": diff,
@@ -121,6 +129,7 @@ def level_table(res: Results, study: dict) -> pd.DataFrame:
                             "arm": arm,
                             "label": "",
                             "seeds": 0,
+                            "diverged": "",
                             "test acc": UNABLE,
                             "uplink MB": "",
                             "Δ test acc vs the level's best": "",
@@ -210,7 +219,7 @@ def bytes_to_reference_target(res: Results, study: dict) -> pd.DataFrame:
             for ref in refs:
                 other = df[df["label"] == ref]
                 row[f"Δ MB vs {ref}"] = (
-                    "" if name == ref else _diff_text(*_paired(g, other, "up_MB"), digits=2)
+                    "" if name == ref else paired_text(*_paired(g, other, "up_MB"), digits=2)
                 )
             rows.append(row)
     return pd.DataFrame(rows)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
@@ -27,6 +27,8 @@ class Results:
     client_events: pd.DataFrame
     trials: pd.DataFrame
     excluded: int = 0  # runs left out because they crashed, diverged or were interrupted
+    # their runs rows (status says which), for tables that must say what did not finish
+    excluded_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def load(locations: str | Path | list[str | Path], include_unfinished: bool = False) -> Results:
@@ -48,7 +50,7 @@ def load(locations: str | Path | list[str | Path], include_unfinished: bool = Fa
                 frames[t].append(df)
     out = {t: pd.concat(v, ignore_index=True) if v else pd.DataFrame() for t, v in frames.items()}
     runs = out["runs"].drop_duplicates("run_id", keep="last")
-    excluded = 0
+    excluded, bad = 0, runs.iloc[:0]
     if not include_unfinished:
         bad = runs[runs["status"] != "finished"]
         excluded = len(bad)
@@ -75,6 +77,7 @@ def load(locations: str | Path | list[str | Path], include_unfinished: bool = Fa
         out["client_events"].reset_index(drop=True),
         out["trials"],
         excluded,
+        bad.reset_index(drop=True),
     )
 
 

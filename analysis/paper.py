@@ -64,7 +64,7 @@ def with_protocol_arms(res: Results) -> Results:
     ev = res.client_events
     if len(ev):
         ev = ev.assign(arm=ev["run_id"].map(arms))
-    return Results(runs, rounds, ev, res.trials, res.excluded)
+    return Results(runs, rounds, ev, res.trials, res.excluded, res.excluded_runs)
 
 
 def _pm(values: pd.Series, scale: float = 1.0, unit: str = "") -> str:

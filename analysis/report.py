@@ -301,6 +301,9 @@ def _runs_of(res: Results, stage: str) -> Results:
         else res.client_events,
         res.trials,
         res.excluded,
+        res.excluded_runs[res.excluded_runs["stage"] == stage]
+        if len(res.excluded_runs)
+        else res.excluded_runs,
     )
 
 

@@ -28,3 +28,16 @@ def bootstrap_ci(
     means = a[rng.integers(0, len(a), size=(n_boot, len(a)))].mean(axis=1)
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
+
+
+MIN_CI_PAIRS = 5  # fewer paired seeds than this: no confidence interval is shown
+
+
+def paired_text(n: int, mean: float, lo: float, hi: float, digits: int = 3) -> str:
+    """A paired difference as text: ``+0.012 [-0.004, +0.027]`` (the CI from
+    ``MIN_CI_PAIRS`` pairs on), else the mean and the number of pairs; empty without pairs."""
+    if not n or not np.isfinite(mean):
+        return ""
+    if n < MIN_CI_PAIRS:
+        return f"{mean:+.{digits}f} ({n} pair{'s' if n != 1 else ''})"
+    return f"{mean:+.{digits}f} [{lo:+.{digits}f}, {hi:+.{digits}f}]"

@@ -17,9 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .load import AnalysisError, Results
-from .stats import bootstrap_ci, mean_sd
-
-MIN_CI_PAIRS = 5  # fewer paired seeds than this: no confidence interval is shown
+from .stats import MIN_CI_PAIRS, bootstrap_ci, mean_sd, paired_text
 
 
 def common_round(res: Results) -> int:
@@ -287,14 +285,9 @@ def pareto_mask(acc: np.ndarray, cost: np.ndarray) -> np.ndarray:
 
 
 def _paired_text(df: pd.DataFrame, arm: str, reference: str, seed: int) -> str:
-    """A paired difference of test accuracy as text: ``+0.012 [−0.004, +0.027]`` (CI from
-    ``MIN_CI_PAIRS`` pairs on), else the mean and the number of pairs."""
+    """A paired difference of test accuracy as text (:func:`.stats.paired_text`)."""
     p = _paired(df, "test_acc", arm, reference, seed)
-    if not p["n_pairs"] or not np.isfinite(p["mean"]):
-        return ""
-    if p["n_pairs"] < MIN_CI_PAIRS:
-        return f"{p['mean']:+.3f} ({p['n_pairs']} pairs)"
-    return f"{p['mean']:+.3f} [{p['lo']:+.3f}, {p['hi']:+.3f}]"
+    return paired_text(p["n_pairs"], p["mean"], p["lo"], p["hi"])
 
 
 def factorial(

@@ -124,7 +124,19 @@ def test_the_level_table_and_the_frontier_from_hand_made_final_runs():
     up10 = level_table(res, study).query("level == 'up10'")
     assert up10["arm"].tolist()[-2:] == ["lossy", "fedavg"]
     pending = up10.set_index("arm").loc["lossy"]
-    assert (pending["test acc"], pending["seeds"]) == ("pending", 0)
+    assert (pending["test acc"], pending["seeds"], pending["diverged"]) == ("pending", 0, 0)
+    # its diverged final runs are counted (an interrupted one, a search run, another sweep not)
+    res.excluded_runs = pd.DataFrame(
+        {
+            "run_id": ["x1", "x2", "x3", "x4", "x5"],
+            "label": ["lossy@up10"] * 4 + ["topk@up10"],
+            "status": ["diverged", "diverged", "interrupted", "diverged", "diverged"],
+            "stage": ["final", "final", "final", "search", "final"],
+            "sweep": ["s-w", "s-w", "s-w", "s-w", "other-w"],
+        }
+    )
+    up10 = level_table(res, study).query("level == 'up10'").set_index("arm")
+    assert up10["diverged"].to_dict() == {"topk": 0, "lossy": 2, "fedavg": ""}
     front = frontier_points(res, study).set_index("label")
     assert front["on_front"].to_dict() == {"fedavg": True, "topk": True, "topk@up10": True}
     btt = bytes_to_reference_target(res, study).set_index("label")
