@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..config import MAX_SEED, ConfigError
+from ..checks import MAX_SEED, ConfigError
 from ..configio import apply_overrides
 
 
-def _seed(path: str, value: Any) -> None:
+def check_seed(path: str, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
         raise ConfigError(path, f"{value!r}; allowed: an integer in [0, 2**63 - 1]")
 
 
-def _checkpoint_every(value: Any) -> int:
+def check_checkpoint_every(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ConfigError(
             "checkpoint_every",
@@ -22,15 +22,15 @@ def _checkpoint_every(value: Any) -> int:
     return value
 
 
-def _deep_copy(d: Any) -> Any:
+def deep_copy(d: Any) -> Any:
     if isinstance(d, dict):
-        return {k: _deep_copy(v) for k, v in d.items()}
+        return {k: deep_copy(v) for k, v in d.items()}
     if isinstance(d, list):
-        return [_deep_copy(v) for v in d]
+        return [deep_copy(v) for v in d]
     return d
 
 
-def _take(block: dict[str, Any], path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+def take_fields(block: dict[str, Any], path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
     if block is None:
         return {}
     if not isinstance(block, dict):
@@ -42,20 +42,12 @@ def _take(block: dict[str, Any], path: str, allowed: tuple[str, ...]) -> dict[st
     return block
 
 
-def _choice(path: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ConfigError(path, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
-
-
-def _positive(path: str, value: Any, integer: bool = False, zero: bool = False) -> None:
+def check_positive(path: str, value: Any, integer: bool = False, zero: bool = False) -> None:
     ok = isinstance(value, int | float) and not isinstance(value, bool)
     ok = ok and (value >= 0 if zero else value > 0) and (not integer or float(value).is_integer())
     if not ok:
         kind = "an integer" if integer else "a number"
         raise ConfigError(path, f"{value!r}; allowed: {kind} {'>= 0' if zero else '> 0'}")
-
-
-__all__ = ["_checkpoint_every", "_choice", "_deep_copy", "_positive", "_seed", "_take"]
 
 
 def check_budget(field: str, client_rounds: int, cfg) -> None:
@@ -108,7 +100,7 @@ def check_fresh_seeds(path: str, seeds: Any, search_seeds: set[int], what: str) 
     if not isinstance(seeds, list | tuple) or not seeds:
         raise ConfigError(path, f"{what} needs a list of fresh seeds")
     for v in seeds:
-        _seed(path, v)
+        check_seed(path, v)
     reused = sorted(set(seeds) & set(search_seeds))
     if reused:
         raise ConfigError(

@@ -12,26 +12,26 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..checks import check_choice
 from ..config import ConfigError, RunConfig
 from ..configio import apply_overrides, from_dict, set_dotted
 from ..results.storage import anchored
 from ..yamlio import load_yaml_mapping
 from .fields import (
-    _checkpoint_every,
-    _choice,
-    _deep_copy,
-    _positive,
-    _seed,
-    _take,
     apply_scale,
     check_budget,
+    check_checkpoint_every,
     check_fresh_seeds,
     check_name,
+    check_positive,
+    check_seed,
     check_share,
+    deep_copy,
+    take_fields,
 )
 
 SEARCHERS = ("tpe", "nsga2", "random", "grid", "none")
@@ -75,6 +75,73 @@ class SearchSpec:
     # the search stops once it is spent; num_samples is then the most trials it may start
     client_rounds: int = 0
 
+    def __post_init__(self) -> None:
+        """Every field on its own and against the others, for a sweep's ``search:`` block and a
+        study's alike; what needs the base run config (its rounds and clients, the grid's
+        points) or the searcher's space is checked where the file is parsed."""
+        if self.space is not None and not isinstance(self.space, str):
+            raise ConfigError("search.space", f"expected a space name, got {self.space!r}")
+        check_choice("search.searcher", self.searcher, SEARCHERS)
+        check_choice("search.objective", self.objective, OBJECTIVES)
+        check_positive("search.num_samples", self.num_samples, integer=True)
+        check_positive("search.max_concurrent_trials", self.max_concurrent_trials, True, zero=True)
+        check_seed("search.seed", self.seed)
+        for key in ("grid", "reference"):
+            if not isinstance(getattr(self, key), dict):
+                raise ConfigError(f"search.{key}", "expected a mapping of dotted run-config fields")
+        check_share("search.retention", self.retention)
+        self._check_scheduler()
+        object.__setattr__(self, "reeval_seeds", self._check_reeval())
+        check_positive("search.client_rounds", self.client_rounds, integer=True, zero=True)
+        if self.client_rounds and self.searcher == "none":
+            raise ConfigError("search.client_rounds", "searcher none runs no search to budget")
+
+    def _check_scheduler(self) -> None:
+        check_choice("search.scheduler", self.scheduler, SCHEDULERS)
+        if self.scheduler == "none":
+            return
+        if self.searcher == "none":
+            raise ConfigError(
+                "search.scheduler",
+                f"{self.scheduler} stops search trials, and "
+                "searcher none runs no search; allowed with searcher none: none",
+            )
+        if self.objective == "pareto":
+            raise ConfigError(
+                "search.scheduler",
+                f"{self.scheduler} ranks trials on one metric; allowed with objective pareto: none",
+            )
+        check_positive("search.grace_period", self.grace_period, integer=True)
+        f = self.reduction_factor
+        if isinstance(f, bool) or not isinstance(f, int) or f < 2:
+            raise ConfigError("search.reduction_factor", f"{f!r}; allowed: an integer ≥ 2")
+
+    def _check_reeval(self) -> tuple[int, ...]:
+        """Robust selection's fields: a count and the further search seeds it reruns on."""
+        check_positive("search.reeval_top", self.reeval_top, integer=True, zero=True)
+        seeds = self.reeval_seeds
+        if not isinstance(seeds, list | tuple):
+            raise ConfigError("search.reeval_seeds", f"{seeds!r}; allowed: a list of seeds")
+        for v in seeds:
+            check_seed("search.reeval_seeds", v)
+        if self.reeval_top and not seeds:
+            raise ConfigError("search.reeval_seeds", "reeval_top needs further search seeds")
+        if seeds and not self.reeval_top:
+            raise ConfigError("search.reeval_top", "0 with reeval_seeds given; allowed: 1 or more")
+        if self.reeval_top and self.objective == "pareto":
+            raise ConfigError("search.reeval_top", "ranks on one metric; not with objective pareto")
+        if self.reeval_top and self.searcher == "none":
+            raise ConfigError("search.reeval_top", "searcher none runs no search to re-evaluate")
+        return tuple(int(v) for v in seeds)
+
+    def check_rounds(self, rounds: int) -> None:
+        """A scheduler's first rung within the base run config's rounds."""
+        if self.scheduler != "none" and self.grace_period > rounds:
+            raise ConfigError(
+                "search.grace_period",
+                f"{self.grace_period} is beyond the final round ({rounds}); allowed: 1 to {rounds}",
+            )
+
 
 @dataclass(frozen=True)
 class TrialSpec:
@@ -92,6 +159,27 @@ class TrialSpec:
     max_failures: int = 2
     # one trial process serves trial after trial (no fresh Ray worker and imports per trial)
     reuse_actors: bool = True
+
+    def __post_init__(self) -> None:
+        """Every field checked, naming it (a sweep's ``trial:`` block and a study's)."""
+        check_choice("trial.backend", self.backend, TRIAL_BACKENDS)
+        check_positive("trial.cpus", self.cpus, zero=self.backend == "ray")
+        check_positive("trial.workers", self.workers, integer=True)
+        check_positive("trial.cpu_per_worker", self.cpu_per_worker)
+        check_positive("trial.gpu_fraction", self.gpu_fraction, zero=True)
+        check_positive("trial.max_failures", self.max_failures, integer=True, zero=True)
+        if not isinstance(self.reuse_actors, bool):
+            raise ConfigError("trial.reuse_actors", f"{self.reuse_actors!r}; allowed: true, false")
+        if not isinstance(self.resources, dict) or any(
+            not isinstance(k, str) or k in ("CPU", "GPU", "memory") for k in self.resources
+        ):
+            raise ConfigError(
+                "trial.resources",
+                f"{self.resources!r}; allowed: a mapping of "
+                "custom resource names (not CPU/GPU) to amounts",
+            )
+        for k, v in self.resources.items():
+            check_positive(f"trial.resources.{k}", v)
 
     def bundles(self) -> list[dict[str, float]]:
         """The placement-group bundles of one trial: its driver, then its client workers."""
@@ -148,7 +236,7 @@ class SweepSpec:
         A sweep's base may hold the blocks of several of its arms' methods; each trial keeps
         only the block of its own method (a run config with another method's block is an
         error)."""
-        data = _deep_copy(self.base)
+        data = deep_copy(self.base)
         for key, value in (params or {}).items():
             set_dotted(data, key, value)
         data.update(top)
@@ -175,9 +263,9 @@ class SweepSpec:
         return seeds
 
 
-def _validate(base: dict[str, Any]) -> RunConfig:
+def check_base(base: dict[str, Any]) -> RunConfig:
     """A sweep's run config as its trials see it (other methods' blocks set aside)."""
-    data = _deep_copy(base)
+    data = deep_copy(base)
     if isinstance(data.get("method"), dict):
         data["method"] = _own_block_only(data["method"])
     return from_dict(RunConfig, data)
@@ -203,11 +291,11 @@ def _own_block_only(method: dict[str, Any]) -> dict[str, Any]:
 def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
     """Validate a sweep mapping; every error names the field and what is allowed."""
     top = ("name", "base", "search", "trial", "final", "results_dir", "checkpoint_every")
-    raw = _take(raw, "<root>", top)
+    raw = take_fields(raw, "<root>", top)
     if "base" not in raw:
         raise ConfigError("base", f"{source} has no base: run config")
     base = raw.get("base") or {}
-    _validate(base)
+    check_base(base)
     name = check_name(raw.get("name") or Path(source).stem)
     search = _parse_search(raw.get("search"), base)
     final = _parse_final(raw.get("final"))
@@ -224,7 +312,7 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
         trial=parse_trial(raw.get("trial")),
         final=final,
         results_dir=location,
-        checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
+        checkpoint_every=check_checkpoint_every(raw.get("checkpoint_every", 5)),
         dated=relative,
     )
     _check_seeds(spec)
@@ -234,25 +322,11 @@ def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
 def _parse_search(raw: Any, base: dict[str, Any]) -> SearchSpec:
     """The ``search:`` block, checked field by field and against the base run config (its
     rounds for the scheduler, its clients for the budget, every grid point a valid config)."""
-    search = SearchSpec(**_take(raw, "search", tuple(SearchSpec.__dataclass_fields__)))
-    if search.space is not None and not isinstance(search.space, str):
-        raise ConfigError("search.space", f"expected a space name, got {search.space!r}")
-    _choice("search.searcher", search.searcher, SEARCHERS)
-    _choice("search.objective", search.objective, OBJECTIVES)
-    _positive("search.num_samples", search.num_samples, integer=True)
-    _positive("search.max_concurrent_trials", search.max_concurrent_trials, True, zero=True)
-    _seed("search.seed", search.seed)
-    for key in ("grid", "reference"):
-        if not isinstance(getattr(search, key), dict):
-            raise ConfigError(f"search.{key}", "expected a mapping of dotted run-config fields")
-    check_share("search.retention", search.retention)
+    search = SearchSpec(**take_fields(raw, "search", tuple(SearchSpec.__dataclass_fields__)))
     _check_searcher(search)
-    _check_scheduler(search, _validate(_deep_copy(base)).fl.rounds)
-    search = _check_reeval(search)
-    _positive("search.client_rounds", search.client_rounds, integer=True, zero=True)
-    if search.client_rounds and search.searcher == "none":
-        raise ConfigError("search.client_rounds", "searcher none runs no search to budget")
-    check_budget("search.client_rounds", search.client_rounds, _validate(_deep_copy(base)))
+    cfg = check_base(deep_copy(base))
+    search.check_rounds(cfg.fl.rounds)
+    check_budget("search.client_rounds", search.client_rounds, cfg)
     _check_grid(search, base)
     return search
 
@@ -286,10 +360,10 @@ def _check_grid(search: SearchSpec, base: dict[str, Any]) -> None:
         if not isinstance(values, list) or not values:
             raise ConfigError(f"search.grid.{key}", "expected a non-empty list of values")
         for v in values:
-            probe = _deep_copy(base)
+            probe = deep_copy(base)
             set_dotted(probe, key, v)
             try:
-                _validate(probe)
+                check_base(probe)
             except ConfigError as err:
                 raise ConfigError(f"search.grid.{key}", str(err)) from None
 
@@ -298,14 +372,14 @@ def _parse_final(raw: Any) -> FinalSpec | None:
     """The ``final:`` block: fresh seeds, how many configurations, the references."""
     if raw is None:
         return None
-    f = _take(raw, "final", ("seeds", "top", "compare"))
+    f = take_fields(raw, "final", ("seeds", "top", "compare"))
     seeds, compare = f.get("seeds") or (), f.get("compare") or ()
     seeds = check_fresh_seeds("final.seeds", seeds, set(), "the final stage")
     if not isinstance(compare, list | tuple) or not all(isinstance(c, dict) for c in compare):
         raise ConfigError("final.compare", "expected a list of mappings of run-config fields")
     compare = tuple(_compare_entry(j, c, seeds) for j, c in enumerate(compare))
     final = FinalSpec(tuple(seeds), f.get("top", 1), compare)
-    _positive("final.top", final.top, integer=True)
+    check_positive("final.top", final.top, integer=True)
     return final
 
 
@@ -357,75 +431,10 @@ def _compare_entry(j: int, entry: dict[str, Any], seeds) -> dict[str, Any]:
     return dict(fields, label=label, **({"seeds": only} if only is not None else {}))
 
 
-def _check_reeval(search: SearchSpec) -> SearchSpec:
-    """Robust selection's fields: a count and the further search seeds it reruns on."""
-    _positive("search.reeval_top", search.reeval_top, integer=True, zero=True)
-    seeds = search.reeval_seeds
-    if not isinstance(seeds, list | tuple):
-        raise ConfigError("search.reeval_seeds", f"{seeds!r}; allowed: a list of seeds")
-    for v in seeds:
-        _seed("search.reeval_seeds", v)
-    if search.reeval_top and not seeds:
-        raise ConfigError("search.reeval_seeds", "reeval_top needs further search seeds")
-    if seeds and not search.reeval_top:
-        raise ConfigError("search.reeval_top", "0 with reeval_seeds given; allowed: 1 or more")
-    if search.reeval_top and search.objective == "pareto":
-        raise ConfigError("search.reeval_top", "ranks on one metric; not with objective pareto")
-    if search.reeval_top and search.searcher == "none":
-        raise ConfigError("search.reeval_top", "searcher none runs no search to re-evaluate")
-    return replace(search, reeval_seeds=tuple(int(v) for v in seeds))
-
-
-def _check_scheduler(search: SearchSpec, rounds: int) -> None:
-    _choice("search.scheduler", search.scheduler, SCHEDULERS)
-    if search.scheduler == "none":
-        return
-    if search.searcher == "none":
-        raise ConfigError(
-            "search.scheduler",
-            f"{search.scheduler} stops search trials, and "
-            "searcher none runs no search; allowed with searcher none: none",
-        )
-    if search.objective == "pareto":
-        raise ConfigError(
-            "search.scheduler",
-            f"{search.scheduler} ranks trials on one metric; allowed with objective pareto: none",
-        )
-    _positive("search.grace_period", search.grace_period, integer=True)
-    if search.grace_period > rounds:
-        raise ConfigError(
-            "search.grace_period",
-            f"{search.grace_period} is beyond the final round ({rounds}); allowed: 1 to {rounds}",
-        )
-    f = search.reduction_factor
-    if isinstance(f, bool) or not isinstance(f, int) or f < 2:
-        raise ConfigError("search.reduction_factor", f"{f!r}; allowed: an integer ≥ 2")
-
-
 def parse_trial(raw: Any) -> TrialSpec:
     """The ``trial`` block of a sweep or a study file: what one trial reserves, each field
     checked (a study's trials are a sweep's)."""
-    t = _take(raw, "trial", tuple(TrialSpec.__dataclass_fields__))
-    trial = TrialSpec(**t)
-    _choice("trial.backend", trial.backend, TRIAL_BACKENDS)
-    _positive("trial.cpus", trial.cpus, zero=trial.backend == "ray")
-    _positive("trial.workers", trial.workers, integer=True)
-    _positive("trial.cpu_per_worker", trial.cpu_per_worker)
-    _positive("trial.gpu_fraction", trial.gpu_fraction, zero=True)
-    _positive("trial.max_failures", trial.max_failures, integer=True, zero=True)
-    if not isinstance(trial.reuse_actors, bool):
-        raise ConfigError("trial.reuse_actors", f"{trial.reuse_actors!r}; allowed: true, false")
-    if not isinstance(trial.resources, dict) or any(
-        not isinstance(k, str) or k in ("CPU", "GPU", "memory") for k in trial.resources
-    ):
-        raise ConfigError(
-            "trial.resources",
-            f"{trial.resources!r}; allowed: a mapping of "
-            "custom resource names (not CPU/GPU) to amounts",
-        )
-    for k, v in trial.resources.items():
-        _positive(f"trial.resources.{k}", v)
-    return trial
+    return TrialSpec(**take_fields(raw, "trial", tuple(TrialSpec.__dataclass_fields__)))
 
 
 def load_sweep(

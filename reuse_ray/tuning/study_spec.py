@@ -10,32 +10,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..checks import check_choice
 from ..config import ConfigError
 from ..configio import apply_overrides
 from ..results.storage import anchored
 from ..yamlio import load_yaml_mapping
 from .fields import (
-    _deep_copy,
     apply_scale,
     check_budget,
+    check_checkpoint_every,
     check_fresh_seeds,
     check_name,
+    check_positive,
+    check_seed,
     check_share,
+    deep_copy,
+    take_fields,
 )
-from .spec import (
-    SearchSpec,
-    SweepSpec,
-    TrialSpec,
-    _check_reeval,
-    _check_scheduler,
-    _checkpoint_every,
-    _choice,
-    _positive,
-    _seed,
-    _take,
-    _validate,
-    parse_trial,
-)
+from .spec import SearchSpec, SweepSpec, TrialSpec, check_base, parse_trial
 
 OBJECTIVES = ("val_acc", "retention")
 TOP = (
@@ -171,7 +163,7 @@ def _range(path: str, value: Any) -> tuple[float, float, bool]:
 
 def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
     """Validate a study mapping; every error names the field and what is allowed."""
-    raw = _take(raw, "<root>", TOP)
+    raw = take_fields(raw, "<root>", TOP)
     name = check_name(raw.get("name") or Path(source).stem)
     workloads = _workloads(raw.get("workloads"))
     arms = _arms(raw.get("arms"))
@@ -181,7 +173,7 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
         raise ConfigError("shared", "expected a mapping of dotted field -> [low, high, log]")
     objectives = tuple(raw.get("objectives") or ("val_acc", "retention"))
     for o in objectives:
-        _choice("objectives", o, OBJECTIVES)
+        check_choice("objectives", o, OBJECTIVES)
     if objectives[0] != "val_acc":
         raise ConfigError(
             "objectives",
@@ -189,11 +181,11 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
         )
     names = tuple(a.name for a in arms)
     ref = raw.get("retention_reference", names[0])
-    _choice("retention_reference", ref, names)
+    check_choice("retention_reference", ref, names)
     compare_to = tuple(raw.get("compare_to") or ())
     for c in compare_to:
-        _choice("compare_to", c, names)
-    final = _take(raw.get("final"), "final", ("seeds",))
+        check_choice("compare_to", c, names)
+    final = take_fields(raw.get("final"), "final", ("seeds",))
     searched = {int(b.get("seed", 0)) for b in workloads.values()}
     seeds = check_fresh_seeds("final.seeds", final.get("seeds"), searched, "the study")
     location, relative = anchored(raw.get("results_dir") or f"studies/{name}")
@@ -212,7 +204,7 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
         compare_to=compare_to,
         targets=_targets(raw.get("targets"), workloads),
         trial=parse_trial(raw.get("trial")),
-        checkpoint_every=_checkpoint_every(raw.get("checkpoint_every", 5)),
+        checkpoint_every=check_checkpoint_every(raw.get("checkpoint_every", 5)),
         results_dir=location,
         dated=relative,
         search=_search(raw.get("search"), workloads, seeds),
@@ -232,7 +224,7 @@ def _workloads(workloads: Any) -> dict[str, Any]:
         if not isinstance(base, dict):
             raise ConfigError(f"workloads.{w}", "expected a base run config (a mapping)")
         try:
-            _validate(base)
+            check_base(base)
         except ConfigError as err:
             raise ConfigError(f"workloads.{w}", str(err)) from None
     return workloads
@@ -244,7 +236,7 @@ def _arms(arms_raw: Any) -> tuple[Arm, ...]:
         raise ConfigError("arms", "expected a mapping of arm name -> {fixed: {...}, space: ...}")
     arms = []
     for a, block in arms_raw.items():
-        block = _take(block, f"arms.{a}", ("fixed", "space"))
+        block = take_fields(block, f"arms.{a}", ("fixed", "space"))
         fixed = block.get("fixed") or {}
         if not isinstance(fixed, dict) or "method.name" not in fixed:
             raise ConfigError(
@@ -266,9 +258,9 @@ def _arms(arms_raw: Any) -> tuple[Arm, ...]:
 def _budget(raw: Any, workloads: dict[str, Any]) -> tuple[int, dict[str, int], int]:
     """``budget``: (configurations per arm, client-rounds per arm on each workload, the
     sampler's seed); a client-round budget is one number or one per workload."""
-    budget = _take(raw, "budget", ("trials_per_arm", "seed", "client_rounds"))
+    budget = take_fields(raw, "budget", ("trials_per_arm", "seed", "client_rounds"))
     trials_per_arm = budget.get("trials_per_arm", 6)
-    _positive("budget.trials_per_arm", trials_per_arm, integer=True)
+    check_positive("budget.trials_per_arm", trials_per_arm, integer=True)
     client_rounds = budget.get("client_rounds", 0)
     per_workload = isinstance(client_rounds, dict)  # their rounds and clients differ
     if per_workload:
@@ -279,16 +271,16 @@ def _budget(raw: Any, workloads: dict[str, Any]) -> tuple[int, dict[str, int], i
                 f"({', '.join(workloads)})",
             )
         for w, v in client_rounds.items():
-            _positive(f"budget.client_rounds.{w}", v, integer=True)
+            check_positive(f"budget.client_rounds.{w}", v, integer=True)
         budgets = {str(w): int(v) for w, v in client_rounds.items()}
     else:
-        _positive("budget.client_rounds", client_rounds, integer=True, zero=True)
+        check_positive("budget.client_rounds", client_rounds, integer=True, zero=True)
         budgets = {str(w): int(client_rounds) for w in workloads}
     for w, v in budgets.items():
         named = "budget.client_rounds" + (f".{w}" if per_workload else "")
-        check_budget(named, v, _validate(_deep_copy(workloads[w])))
+        check_budget(named, v, check_base(deep_copy(workloads[w])))
     sampler_seed = budget.get("seed", 0)
-    _seed("budget.seed", sampler_seed)
+    check_seed("budget.seed", sampler_seed)
     return trials_per_arm, budgets, sampler_seed
 
 
@@ -317,7 +309,7 @@ def _check_arm_points(spec: StudySpec) -> None:
 def _search(raw: Any, workloads: dict, final_seeds) -> SearchSpec:
     """The study's ``search`` block: a scheduler per arm (rungs in rounds, on evaluation rounds
     of every workload) and robust selection (re-evaluation seeds, search seeds only)."""
-    block = _take(
+    block = take_fields(
         raw,
         "search",
         ("scheduler", "grace_period", "reduction_factor", "reeval_top", "reeval_seeds"),
@@ -332,10 +324,9 @@ def _search(raw: Any, workloads: dict, final_seeds) -> SearchSpec:
     )
     for w, base in workloads.items():
         try:
-            _check_scheduler(search, _validate(_deep_copy(base)).fl.rounds)
+            search.check_rounds(check_base(deep_copy(base)).fl.rounds)
         except ConfigError as err:
             raise ConfigError(f"{err.field} (workload {w})", str(err).split(": ", 1)[-1]) from None
-    search = _check_reeval(search)
     used = {int(b.get("seed", 0)) for b in workloads.values()} | {int(s) for s in final_seeds}
     clash = sorted(set(search.reeval_seeds) & used)
     if clash:

@@ -1,0 +1,55 @@
+"""The experiment files' blocks are frozen dataclasses that check themselves (as ``RunConfig``
+does): built directly, replaced, or parsed from a sweep or a study file, a bad field is one
+error naming it."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from reuse_ray.config import ConfigError
+from reuse_ray.tuning.spec import SearchSpec, TrialSpec
+
+
+@pytest.mark.parametrize(
+    "fields, field, fragment",
+    [
+        ({"searcher": "bayes"}, "search.searcher", "tpe, nsga2"),
+        ({"num_samples": 0}, "search.num_samples", "> 0"),
+        ({"scheduler": "asha", "searcher": "none"}, "search.scheduler", "searcher none"),
+        ({"scheduler": "asha", "objective": "pareto"}, "search.scheduler", "one metric"),
+        ({"scheduler": "asha", "reduction_factor": 1}, "search.reduction_factor", "≥ 2"),
+        ({"reeval_top": 2}, "search.reeval_seeds", "further search seeds"),
+        ({"reeval_seeds": [7]}, "search.reeval_top", "1 or more"),
+        ({"client_rounds": 40, "searcher": "none"}, "search.client_rounds", "no search"),
+        ({"retention": 1.5}, "search.retention", "(0, 1]"),
+    ],
+)
+def test_a_search_block_checks_itself(fields, field, fragment):
+    with pytest.raises(ConfigError) as err:
+        SearchSpec(**fields)
+    assert err.value.field == field and fragment in str(err.value)
+
+
+def test_a_checked_block_stays_checked_when_replaced():
+    search = SearchSpec(reeval_top=1, reeval_seeds=[7, 8])
+    assert search.reeval_seeds == (7, 8)  # a file's list, kept as a tuple
+    with pytest.raises(ConfigError, match="reeval_top"):
+        dataclasses.replace(search, reeval_top=0)
+    trial = TrialSpec(backend="ray", cpus=0, workers=2)  # a ray trial's driver may take no CPU
+    assert trial.bundles() == [{"CPU": 0}, {"CPU": 1.0}, {"CPU": 1.0}]
+    with pytest.raises(ConfigError) as err:
+        dataclasses.replace(trial, backend="local")  # a local trial's driver runs it: CPU > 0
+    assert err.value.field == "trial.cpus"
+    with pytest.raises(ConfigError) as err:
+        TrialSpec(resources={"GPU": 1})
+    assert err.value.field == "trial.resources"
+
+
+def test_a_scheduler_rung_is_checked_against_the_rounds():
+    search = SearchSpec(scheduler="asha", grace_period=6)
+    search.check_rounds(6)
+    with pytest.raises(ConfigError, match="1 to 5"):
+        search.check_rounds(5)
+    SearchSpec(grace_period=9).check_rounds(5)  # no scheduler: no rung to place
