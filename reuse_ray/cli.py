@@ -69,9 +69,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     ``--scale`` a named scale of the file, ``--address`` the cluster to join, ``--resume`` the
     interrupted experiment continued, ``--final`` the final stage over a finished search."""
     from .results.storage import from_command_line
-    from .tuning import load_sweep, run_sweep
-    from .tuning.study import is_study, load_study, run_study
-    from .yamlio import load_yaml_mapping
+    from .tuning import load_experiment, run_experiment
 
     overrides = list(args.set or [])
     if args.results:
@@ -84,12 +82,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         mlflow=args.mlflow,
         address=args.address,
     )
-    study = is_study(load_yaml_mapping(args.sweep, "sweep file"))
+    exp = load_experiment(args.sweep, overrides, args.scale)
     try:
-        if study:
-            run_study(load_study(args.sweep, overrides, scale=args.scale), **common)
-        else:
-            run_sweep(load_sweep(args.sweep, overrides, scale=args.scale), **common)
+        run_experiment(exp, **common)
     finally:
         _shutdown_ray()
     return 0

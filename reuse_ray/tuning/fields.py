@@ -107,3 +107,14 @@ def check_fresh_seeds(path: str, seeds: Any, search_seeds: set[int], what: str) 
             path, f"{reused} were used by the search; allowed: seeds the search never used"
         )
     return tuple(seeds)
+
+
+def read_file(path, overrides: list[str] | None, scale: str | None, what: str) -> dict[str, Any]:
+    """A sweep or study file's mapping with its named scale and ``a.b=value`` overrides
+    (dotted from the file's root) applied, not yet validated."""
+    from ..yamlio import load_yaml_mapping
+
+    raw = load_yaml_mapping(path, what)
+    apply_scale(raw, scale)
+    apply_overrides(raw, overrides or [])
+    return raw

@@ -18,11 +18,9 @@ from typing import Any
 
 from ..checks import check_choice
 from ..config import ConfigError, RunConfig
-from ..configio import apply_overrides, from_dict, set_dotted
+from ..configio import from_dict, set_dotted
 from ..results.storage import anchored
-from ..yamlio import load_yaml_mapping
 from .fields import (
-    apply_scale,
     check_budget,
     check_checkpoint_every,
     check_fresh_seeds,
@@ -31,6 +29,7 @@ from .fields import (
     check_seed,
     check_share,
     deep_copy,
+    read_file,
     take_fields,
 )
 
@@ -442,7 +441,4 @@ def load_sweep(
 ) -> SweepSpec:
     """Read a sweep file, apply a named scale and ``a.b=value`` overrides (dotted from the
     file's root), and validate it."""
-    raw = load_yaml_mapping(path, "sweep file")
-    apply_scale(raw, scale)
-    apply_overrides(raw, overrides or [])
-    return parse_sweep(raw, str(path))
+    return parse_sweep(read_file(path, overrides, scale, "sweep file"), str(path))

@@ -12,11 +12,8 @@ from typing import Any
 
 from ..checks import check_choice
 from ..config import ConfigError
-from ..configio import apply_overrides
 from ..results.storage import anchored
-from ..yamlio import load_yaml_mapping
 from .fields import (
-    apply_scale,
     check_budget,
     check_checkpoint_every,
     check_fresh_seeds,
@@ -25,6 +22,7 @@ from .fields import (
     check_seed,
     check_share,
     deep_copy,
+    read_file,
     take_fields,
 )
 from .spec import SearchSpec, SweepSpec, TrialSpec, check_base, parse_trial
@@ -161,8 +159,11 @@ def _range(path: str, value: Any) -> tuple[float, float, bool]:
     return float(value[0]), float(value[1]), len(value) == 3 and value[2] == "log"
 
 
-def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
-    """Validate a study mapping; every error names the field and what is allowed."""
+def parse_study(
+    raw: dict[str, Any], source: str = "<study>", scale: str | None = None
+) -> StudySpec:
+    """Validate a study mapping (``scale``: the named scale applied to it, recorded); every
+    error names the field and what is allowed."""
     raw = take_fields(raw, "<root>", TOP)
     name = check_name(raw.get("name") or Path(source).stem)
     workloads = _workloads(raw.get("workloads"))
@@ -211,6 +212,7 @@ def parse_study(raw: dict[str, Any], source: str = "<study>") -> StudySpec:
         client_rounds=budgets,
         uplink_levels=_levels(raw.get("uplink_levels")),
         target_of_reference=_fraction("target_of_reference", raw.get("target_of_reference", 0)),
+        scale=scale,
     )
     _check_arm_points(spec)
     return spec
@@ -342,11 +344,7 @@ def load_study(
 ) -> StudySpec:
     """Read a study file, apply a named scale (``scales.<name>``: dotted overrides) and
     ``--set`` overrides, and validate it."""
-    raw = load_yaml_mapping(path, "study file")
-    apply_scale(raw, scale)
-    apply_overrides(raw, overrides or [])
-    spec = parse_study(raw, str(path))
-    return dataclasses.replace(spec, scale=scale)
+    return parse_study(read_file(path, overrides, scale, "study file"), str(path), scale)
 
 
 def arm_points(spec: StudySpec, arm: Arm, count: int | None = None) -> list[dict[str, Any]]:
