@@ -81,12 +81,7 @@ class ConsoleReporter(Callback):
         # a trial whose last report is a round's ("running") ended because the scheduler
         # stopped it; one that finished reports its runs row last
         r = trial.last_result or {}
-        if r.get("status") == "budget spent":
-            self.done += 1
-            self.say(
-                f"  {self.stage} trial {trial.trial_id} not run: the client-round budget is spent"
-            )
-        elif r.get("status") == "error":  # a user error ended it (not restarted)
+        if r.get("status") == "error":  # a user error ended it (not restarted)
             self._end(trial, "error")
             self.say(f"    {r.get('error')}")
         elif r.get("status") == "running":

@@ -369,16 +369,18 @@ def _search_args(spec: StudySpec, sweep: SweepSpec, points: list, per_round: int
     make = MakeScheduler(
         s.scheduler, sweep.run_config().fl.rounds, s.grace_period, s.reduction_factor
     )
+    ledger = None
+    if s.client_rounds:
+        arms = [a.name for a in spec.arms]
+        ledger = ClientRoundBudget(s.client_rounds, per_round, arms, (spec.results_dir, sweep.name))
     return {
         "param_space": {},
-        "search_alg": ArmPoints(points, s.client_rounds, per_round),
+        "search_alg": ArmPoints(points, ledger),
         "num_samples": len(points),
         "scheduler": None
         if s.scheduler == "none"
         else PerArm(make, spec.uplink_levels, route_at=s.grace_period),
-        "stop": ClientRoundBudget(s.client_rounds, per_round, per_label=True)
-        if s.client_rounds
-        else None,
+        "stop": ledger,
     }
 
 

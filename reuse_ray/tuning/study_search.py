@@ -1,11 +1,10 @@
 """A study's search with early stopping and an equal budget per arm (design: Validation-only
 search): every arm's configurations are drawn up front (:func:`.study_spec.arm_points`); Tune
 runs them arm by arm through :class:`ArmPoints`, which stops offering an arm's points once the
-arm has spent ``budget.client_rounds``; :class:`PerArm` gives every arm its own ASHA or
-HyperBand, so an arm's trials are stopped only against the same arm's rungs (a weak method is
-not cut by a strong one's accuracy). A trial running when its arm's budget is spent stops at its
-next report (:class:`.budget.ClientRoundBudget` per label); one starting after that ends at once
-without a run.
+search's ledger (:class:`.budget.ClientRoundBudget`, also its stopper) says the arm has spent
+``budget.client_rounds``; :class:`PerArm` gives every arm its own ASHA or HyperBand, so an arm's
+trials are stopped only against the same arm's rungs (a weak method is not cut by a strong
+one's accuracy).
 """
 
 from __future__ import annotations
@@ -23,47 +22,39 @@ def _label(config: dict[str, Any]) -> str | None:
 
 class ArmPoints(Searcher):
     """Offers ``points`` (each a Tune ``final`` config with its arm as ``label``) in order;
-    with ``budget`` > 0, an arm's remaining points are skipped once the rounds its trials
-    reported, times ``clients_per_round``, reach the budget."""
+    with a ``ledger`` (the search's :class:`.budget.ClientRoundBudget`), an arm's remaining
+    points are skipped once the ledger says the arm has spent its budget."""
 
-    def __init__(self, points: list[dict[str, Any]], budget: int = 0, clients_per_round: int = 1):
+    def __init__(self, points: list[dict[str, Any]], ledger=None):
         super().__init__(metric="objective", mode="max")
-        self.points, self.budget, self.per_round = list(points), int(budget), clients_per_round
-        self.next = 0
-        self.arm_of: dict[str, str] = {}
-        self.reached: dict[str, int] = {}
-
-    def spent(self, arm: str) -> int:
-        rounds = (r for t, r in self.reached.items() if self.arm_of.get(t) == arm)
-        return sum(rounds) * self.per_round
+        self.points, self.ledger, self.next = list(points), ledger, 0
 
     def suggest(self, trial_id: str) -> dict[str, Any] | None:
         while self.next < len(self.points):
             point = self.points[self.next]
             self.next += 1
-            if self.budget and self.spent(point["label"]) >= self.budget:
+            if self.ledger is not None and self.ledger.exhausted(point["label"]):
                 continue  # this arm's budget is spent: its further points are never tried
-            self.arm_of[trial_id] = point["label"]
             return {"final": dict(point)}
         return Searcher.FINISHED
-
-    def on_trial_result(self, trial_id: str, result: dict[str, Any]) -> None:
-        rounds = int(result.get("round") or 0)
-        self.reached[trial_id] = max(self.reached.get(trial_id, 0), rounds)
 
     def on_trial_complete(
         self, trial_id: str, result: dict[str, Any] | None = None, error: bool = False
     ) -> None:
-        if result:
-            self.on_trial_result(trial_id, result)
+        pass  # the ledger counts the rounds (as the search's stopper)
 
     def save(self, checkpoint_path: str) -> None:
+        # where it is in the points; the ledger is the stopper's, restored with it
+        state = {k: v for k, v in self.__dict__.items() if k != "ledger"}
         with open(checkpoint_path, "wb") as f:  # read back only after launch's ownership checks
-            pickle.dump(self.__dict__, f)
+            pickle.dump(state, f)
 
     def restore(self, checkpoint_path: str) -> None:
         with open(checkpoint_path, "rb") as f:
-            self.__dict__.update(pickle.load(f))  # noqa: S301 - the user's own Tune state
+            state = pickle.load(f)  # noqa: S301 - the user's own Tune state
+        for old in ("budget", "per_round", "arm_of", "reached", "ledger"):  # an older state's
+            state.pop(old, None)
+        self.__dict__.update(state)
 
 
 def uplink_bin(levels: tuple[float, ...], result: dict[str, Any]) -> str:

@@ -258,7 +258,9 @@ def _search(spec: SweepSpec, run: Launcher, reference: float | None) -> pd.DataF
         from .budget import ClientRoundBudget
 
         per_round = spec.run_config().fl.clients_per_round
-        budget = ClientRoundBudget(spec.search.client_rounds, per_round)
+        budget = ClientRoundBudget(
+            spec.search.client_rounds, per_round, results=(spec.results_dir, spec.name)
+        )
     results = run(
         spec,
         "search",

@@ -239,29 +239,13 @@ def _without_a_run(spec: SweepSpec, stage: str, cfg, label, reference_val) -> di
     """The result of a trial that needs no run: this very run (config and seed: its id)
     finished here before — a sweep started over the shipped or an earlier sweep's Parquet, or
     a search repeating a point: the engine is deterministic, so its rows are kept, not
-    recomputed — or else its arm's client-round budget is spent (no run, no row). Kept rows come
-    first: a search continued over copied Parquet finds its own finished runs, which its budget
-    also counts, before it finds the budget spent by them."""
+    recomputed."""
     kept = RunWriter(cfg.results_dir, cfg.run_id, cfg.method.name).previous_result()
     if kept and (kept["status"], kept["stage"], kept["label"]) == ("finished", stage, label):
         print(f"{cfg.run_id}: already finished in this results folder; rows kept", flush=True)
         return trial_metrics(
             spec, kept, kept["final_val_acc"], reference_val, cfg.run_id, "finished", label
         )
-    if stage == "search" and spec.search.client_rounds:
-        from .budget import spent_in
-        from .reeval import PENALTY
-
-        spent = spent_in(spec.results_dir, spec.name, stage, cfg.fl.clients_per_round, label)
-        if spent >= spec.search.client_rounds:
-            return {
-                "status": "budget spent",
-                "objective": PENALTY,
-                "val_acc": 0.0,
-                "round": 0,
-                "val_round": 0,
-                "label": label,
-            }
     return None
 
 

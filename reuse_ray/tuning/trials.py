@@ -153,19 +153,16 @@ def build(
 ) -> pd.DataFrame:
     """One row per trial of a sweep's or a study's ``stage``: what the runs table recorded
     for its run (the record), else what its trial reported, else ``missing`` (a point that
-    never ran). A trial that reported a spent budget, or (budgeted search) a point no trial
-    ran, tried no configuration and has no row."""
+    never ran). In a budgeted search, a point no trial ran (its arm's budget was spent) tried no
+    configuration and has no row."""
     runs, per_round = _safe_runs(spec.results_dir), spec.run_config().fl.clients_per_round
     budgeted = stage == "search" and spec.search.client_rounds
     rows = []
     for e in trials:
-        metrics = (e.result.metrics or {}) if e.result is not None else {}
-        if metrics.get("status") == "budget spent":
-            continue
         run_id = _run_id(spec, e.params, e.seed)
         rec = _recorded(e.result, run_id, runs)
-        if rec is None and budgeted:
-            continue
+        if budgeted and (rec is None or rec.get("round_reached") is None):
+            continue  # no run: the budget was spent before it started
         rec = rec or {"status": missing}
         reached = rec.get("round_reached")
         extra = {} if e.label is None else {"arm": e.label}

@@ -389,23 +389,67 @@ def test_every_arm_has_its_own_asha_so_a_weak_method_is_judged_against_itself():
     assert set(per_arm.arms) == {"strong", "weak"}
 
 
-def test_arm_points_offers_an_arms_points_until_its_budget_is_spent():
+def test_arm_points_offers_an_arms_points_until_the_ledger_says_its_budget_is_spent():
+    """One ledger (the search's stopper) and one rule: the searcher asks it before offering an
+    arm's next point, the stopper stops a reporting trial of a spent arm, and the search ends
+    once every arm has spent its budget."""
+    import pickle
+
     from ray.tune.search import Searcher
 
+    from reuse_ray.tuning.budget import ClientRoundBudget
     from reuse_ray.tuning.study_search import ArmPoints
 
     points = [{"label": a, "train.lr": k} for a in ("x", "y") for k in range(3)]
-    s = ArmPoints(points, budget=40, clients_per_round=4)  # 10 rounds per arm
+    ledger = ClientRoundBudget(40, 4, labels=["x", "y"])  # 10 rounds per arm
+    s = ArmPoints(points, ledger)
     assert s.suggest("t1") == {"final": points[0]}
-    s.on_trial_result("t1", {"round": 6})
+    assert not ledger("t1", {"run_id": "r1", "label": "x", "round": 6})
     assert s.suggest("t2") == {"final": points[1]}
-    s.on_trial_complete("t2", {"round": 4})  # x has spent 40: its third point is skipped
-    assert s.suggest("t3") == {"final": points[3]}
-    assert s.suggest("t4") == {"final": points[4]}
-    assert s.suggest("t5") == {"final": points[5]}
-    assert s.suggest("t6") == Searcher.FINISHED
+    assert ledger("t2", {"run_id": "r2", "label": "x", "round": 4})  # x has spent 40: stop
+    assert ledger("t1", {"run_id": "r1", "label": "x", "round": 7})  # and its other trial too
+    assert ledger.spent("x") == 44 and ledger.spent("y") == 0 and not ledger.stop_all()
+    assert s.suggest("t3") == {"final": points[3]}  # x's third point is skipped
+    assert not ledger("t3", {"run_id": "r3", "label": "y", "round": 9})
+    assert ledger("t3", {"run_id": "r3", "label": "y", "round": 9}) is False  # a repeat
+    assert ledger("t4", {"run_id": "r4", "label": "y", "round": 1})
+    assert ledger.stop_all()  # every arm has spent its budget: the search ends
+    assert s.suggest("t5") == Searcher.FINISHED
     plain = ArmPoints(points)  # no budget: every point, in order
     assert [plain.suggest(str(k))["final"] for k in range(6)] == points
+    # Tune restores the stopper and the searcher from one pickle: they still share the ledger,
+    # which reads the runs table again (here: none) rather than trusting a stale tally
+    stopper, searcher = pickle.loads(pickle.dumps((ledger, s)))
+    assert searcher.ledger is stopper and stopper.spent("x") == 0
+
+
+def test_the_ledger_reads_what_the_runs_table_spent_once_a_search_is_restarted(tmp_path):
+    """A search continued over its results (a copied folder, a restart): the runs its runs
+    table records count once each — by run id, so a kept run reporting again adds nothing —
+    and another sweep's or stage's runs not at all."""
+    import pandas as pd
+
+    from reuse_ray.tuning.budget import ClientRoundBudget
+
+    def run(run_id, sweep, stage, label, rounds):  # the runs table's columns the ledger reads
+        row = {"run_id": run_id, "sweep": sweep, "stage": stage, "label": label}
+        folder = tmp_path / "runs" / "method=fedavg"
+        folder.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame([dict(row, rounds_completed=rounds, status="finished")]).to_parquet(
+            folder / f"{run_id}.parquet"
+        )
+
+    run("a1", "s", "search", "x", 6)
+    run("a2", "s", "search", "y", 3)
+    run("a3", "s", "reeval", "x", 9)
+    run("a4", "other", "search", "x", 9)
+    ledger = ClientRoundBudget(40, 4, labels=["x", "y"], results=(str(tmp_path), "s"))
+    assert (ledger.spent("x"), ledger.spent("y")) == (24, 12)
+    assert not ledger("t9", {"run_id": "a1", "label": "x", "round": 6})  # kept, reported again
+    assert ledger("t10", {"run_id": "b1", "label": "x", "round": 4})  # 40: x is spent
+    sweep = ClientRoundBudget(48, 4, results=(str(tmp_path), "s"))  # a sweep: one group
+    assert sweep.spent() == 36 and not sweep.stop_all()
+    assert sweep("t1", {"run_id": "b2", "round": 3}) and sweep.stop_all()
 
 
 def test_robust_selection_chooses_by_the_mean_and_a_failed_rerun_counts_as_the_penalty():

@@ -551,9 +551,9 @@ def test_the_default_console_is_quiet_and_says_what_each_trial_does(tmp_path, ca
     assert "Checkpoint successfully created" not in text
 
 
-def test_a_finished_run_is_kept_before_its_budget_is_judged_spent(tmp_path):
-    """A budgeted search continued over copied Parquet: its own finished run counts against
-    the budget, and is kept rather than called 'budget spent'."""
+def test_a_finished_run_is_kept_and_counts_against_the_budget(tmp_path):
+    """A budgeted search continued over copied Parquet: its own finished run is kept (no
+    rerun), and the search's ledger counts it against the budget."""
     from reuse_ray.runner import run_fl
     from reuse_ray.tuning.trainable import _without_a_run
 
@@ -567,5 +567,9 @@ def test_a_finished_run_is_kept_before_its_budget_is_judged_spent(tmp_path):
     run_fl(cfg, hooks=RunHooks(stage="search", sweep=spec.name, evaluate_test=False))
     got = _without_a_run(spec, "search", cfg, None, None)
     assert got["status"] == "finished" and got["run_id"] == cfg.run_id
-    other = spec.run_config({"train.lr": 0.04})  # a new point: the budget is spent
-    assert _without_a_run(spec, "search", other, None, None)["status"] == "budget spent"
+    other = spec.run_config({"train.lr": 0.04})  # a new point: it runs (no rows to keep)
+    assert _without_a_run(spec, "search", other, None, None) is None
+    from reuse_ray.tuning.budget import ClientRoundBudget
+
+    ledger = ClientRoundBudget(spec.search.client_rounds, 4, results=(spec.results_dir, spec.name))
+    assert ledger.stop_all()  # the kept run spent the budget: the search ends
