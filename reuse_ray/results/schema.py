@@ -234,8 +234,8 @@ TRIALS = pa.schema(
         pa.field("round_reached", pa.int64()),
         # what the trial cost: round_reached x fl.clients_per_round (a search budget's unit)
         pa.field("client_rounds", pa.int64()),
-        # robust selection (search.reeval_*): the objective's mean over the search seed and
-        # the re-evaluation seeds, on a candidate's search row; a re-evaluation row's seed
+        # robust selection (search.reeval_*): a candidate's mean validation accuracy over the
+        # search seed and the re-evaluation seeds, on its search row
         pa.field("selection_mean", pa.float64()),
         pa.field("seed", pa.int64()),  # a re-evaluation row's search seed (null on search rows)
     ]

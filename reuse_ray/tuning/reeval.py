@@ -1,13 +1,13 @@
-"""Robust selection (design: Validation-only search): a sweep's best few search configurations
-are rerun on further search seeds, validation only, and chosen by their mean objective.
+"""Robust selection's re-evaluation stage (design: Validation-only search): a sweep's or a
+study arm's best few search configurations are rerun on further search seeds, validation only.
 
 With one search seed and one validation split the best trial is partly the luckiest draw; the
 study measured a selected configuration at 0.768 validation accuracy on its search seed and
-0.526 on fresh seeds. ``search.reeval_top`` candidates (the best distinct finished
-configurations by objective) each run once more per ``search.reeval_seeds`` seed, as trials of
-their own stage ``reeval`` (the test split stays unread: the stage is not ``final``); the
-choice is by the mean of the objective over the search seed and those seeds. A stopped,
-failed or diverged re-evaluation counts as the objective's penalty, never as a skipped seed.
+0.526 on fresh seeds. ``search.reeval_top`` candidates (:func:`.selection.candidates`) each run
+once more per ``search.reeval_seeds`` seed, as trials of their own stage ``reeval`` (the test
+split stays unread: the stage is not ``final``); :mod:`.selection` then chooses by the means
+over the search seed and those seeds (:func:`seed_mean`). A stopped, failed or diverged
+re-evaluation counts as the penalty, never as a skipped seed.
 """
 
 from __future__ import annotations
@@ -19,15 +19,6 @@ import pandas as pd
 from .spec import SweepSpec
 
 PENALTY = -3.0  # below every objective's range (val_acc in [0, 1]; retention's penalty > -2)
-
-
-def candidates(trials: pd.DataFrame, top: int) -> pd.DataFrame:
-    """The ``top`` best distinct finished search configurations, by objective then accuracy."""
-    ok = trials[
-        trials["stage"].eq("search") & trials["status"].eq("finished") & trials["val_acc"].notna()
-    ]
-    ok = ok.sort_values(["objective_value", "val_acc"], ascending=False)
-    return ok.drop_duplicates("params_json").head(top)
 
 
 def points(cands: pd.DataFrame, seeds: tuple[int, ...]) -> list[dict]:
@@ -64,20 +55,6 @@ def _value(row: pd.Series, column: str, penalty: float) -> float:
     v = row[column]
     ok = row["status"] == "finished" and not pd.isna(row["val_acc"])
     return float(v) if ok and v is not None and not pd.isna(v) else penalty
-
-
-def choose(trials: pd.DataFrame, spec: SweepSpec, top: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """(the chosen search rows, best mean first; ``trials`` with ``selection_mean`` set on every
-    candidate's search row): a candidate's mean objective over its search run and one run per
-    re-evaluation seed (:func:`seed_mean`)."""
-    cands = candidates(trials, spec.search.reeval_top)
-    out = trials.copy()
-    means = {}
-    for idx, row in cands.iterrows():
-        means[idx] = seed_mean(row, trials, spec.search.reeval_seeds, "objective_value", PENALTY)
-        out.loc[idx, "selection_mean"] = means[idx]
-    order = sorted(means, key=lambda i: (-means[i], -float(cands.loc[i, "val_acc"])))
-    return out.loc[order[:top]], out
 
 
 def run_stage(spec: SweepSpec, cands: pd.DataFrame, run, what: str, **kw):
@@ -138,8 +115,6 @@ def gap_line(label: str, gap: dict[str, float]) -> str:
 
 __all__ = [
     "PENALTY",
-    "candidates",
-    "choose",
     "gap_line",
     "points",
     "reruns",

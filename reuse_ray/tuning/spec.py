@@ -66,7 +66,8 @@ class SearchSpec:
     grace_period: int = 1  # asha: the first rung, in rounds
     reduction_factor: int = 3  # asha, hyperband: 1/reduction_factor of a rung's trials go on
     # robust selection: the top reeval_top configurations rerun on reeval_seeds (validation
-    # only, stage "reeval"), chosen by the mean objective over the search seed and these
+    # only, stage "reeval"), chosen by their means over the search seed and these (validation
+    # accuracy; and uplink saving, for retention)
     reeval_top: int = 0
     # robust selection: the further search seeds (disjoint from the search's and the final's)
     reeval_seeds: tuple[int, ...] = ()

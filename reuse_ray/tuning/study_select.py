@@ -1,10 +1,10 @@
-"""A study's selection (design: Validation-only search): robust selection's candidates and the
-selection values their re-evaluation (:mod:`.reeval`) yields, the choice per arm, objective and
-uplink level, and what the search cost.
+"""A study's selection (design: Validation-only search): per arm and objective by the one rule
+(:mod:`.selection`; the retention bar set by the reference arm's best), per arm and uplink
+level, what the search cost, and the trials table marked with what was chosen.
 
 With ``search.reeval_top``, every arm's best few search configurations (by validation accuracy,
 and by the retention rule) run again on each ``search.reeval_seeds`` seed, validation only, as
-trials of their own stage ``reeval``; the arm is then chosen among those candidates by the mean
+trials of their own stage ``reeval``; the arm is then chosen among those candidates by the means
 over the search and re-evaluation seeds.
 """
 
@@ -14,37 +14,28 @@ from typing import Any
 
 import pandas as pd
 
+from . import selection
+from .selection import choose, eligible
 from .study_spec import StudySpec
 
 
 def select(trials: pd.DataFrame, spec: StudySpec) -> dict[str, dict[str, Any]]:
-    """arm -> {objective: trials row} chosen on validation metrics only: by ``sel_val`` and
-    ``sel_saving`` (a search row's own values, or with robust selection its candidates' means
-    over the search and re-evaluation seeds; then only candidates are chosen)."""
-    ok = trials[
-        trials["stage"].eq("search") & trials["status"].eq("finished") & trials["val_acc"].notna()
-    ]
+    """arm -> {objective: trials row} chosen on validation metrics only (:mod:`.selection`'s
+    rule over ``sel_val`` and ``sel_saving``; with robust selection, candidates only), the
+    retention bar set by the reference arm's best."""
+    ok = eligible(trials)
     if spec.search.reeval_top:
         ok = ok[ok["selection_mean"].notna()]
-    ref = ok[ok["arm"] == spec.retention_reference]["sel_val"]
-    bar = spec.retention * float(ref.max()) if len(ref) else None
-    out: dict[str, dict[str, Any]] = {}
-    for arm in (a.name for a in spec.arms):
-        g = ok[ok["arm"] == arm]
-        if not len(g):
-            continue
-        chosen = {
-            "val_acc": g.sort_values(["sel_val", "trial_index"], ascending=[False, True]).iloc[0]
-        }
-        if "retention" in spec.objectives and bar is not None:
-            keep = g[g["sel_val"] >= bar]
-            if len(keep):
-                chosen["retention"] = keep.sort_values(
-                    ["sel_saving", "sel_val", "trial_index"],
-                    ascending=[False, False, True],
-                ).iloc[0]
-        out[arm] = chosen
-    return out
+    bar = _bar(ok, spec, "sel_val")
+    got = choose(ok, spec.objectives, bar, robust=bool(spec.search.reeval_top))
+    arms = [a.name for a in spec.arms if a.name in got]
+    return {arm: {o: rows.iloc[0] for o, rows in got[arm].items()} for arm in arms}
+
+
+def _bar(rows: pd.DataFrame, spec: StudySpec, column: str) -> float | None:
+    """The retention bar: ``retention`` × the reference arm's best (None without one)."""
+    ref = rows[rows["arm"] == spec.retention_reference][column]
+    return spec.retention * float(ref.max()) if len(ref) else None
 
 
 def select_levels(
@@ -86,48 +77,17 @@ def select_levels(
 
 
 def candidates(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
-    """Per arm, the search rows robust selection re-evaluates: the best ``reeval_top`` by
-    validation accuracy, and the best ``reeval_top`` by the retention rule on the search seed
-    (largest saving keeping the bar, set by the reference arm's best)."""
-    ok = trials[trials["status"].eq("finished") & trials["val_acc"].notna()]
-    ok = ok.drop_duplicates(["arm", "params_json"])
-    top = spec.search.reeval_top
-    ref = ok[ok["arm"] == spec.retention_reference]["val_acc"]
-    bar = spec.retention * float(ref.max()) if len(ref) else None
-    picks = []
-    for _, g in ok.groupby("arm", sort=False):
-        picks.append(g.sort_values(["val_acc", "trial_index"], ascending=[False, True]).head(top))
-        if "retention" in spec.objectives and bar is not None:
-            keep = g[g["val_acc"] >= bar].sort_values(
-                ["cum_saving_restricted", "val_acc"], ascending=False
-            )
-            picks.append(keep.head(top))
-    if not picks:
-        return ok.head(0)
-    return pd.concat(picks).drop_duplicates(["arm", "params_json"])
+    """Per arm, the search rows robust selection re-evaluates: the best ``reeval_top`` by each
+    objective on the search seed (:func:`.selection.candidates`)."""
+    ok = eligible(trials)
+    bar = _bar(ok, spec, "val_acc")
+    return selection.candidates(trials, spec.objectives, bar, spec.search.reeval_top)
 
 
 def selection_values(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
-    """``sel_val`` / ``sel_saving`` per search row: its own values, or for a re-evaluated
-    candidate the means over its search run and one run per re-evaluation seed (a seed whose
-    run did not finish counts as the penalty: a configuration that fails again loses);
-    ``selection_mean`` records the candidates' mean validation accuracy."""
-    from .reeval import PENALTY, reruns, seed_mean
-
-    out = trials.copy()
-    out["sel_val"] = out["val_acc"]
-    out["sel_saving"] = out["cum_saving_restricted"]
-    out["selection_mean"] = float("nan")
-    if "stage" not in out or not out["stage"].eq("reeval").any():
-        return out
-    seeds = spec.search.reeval_seeds
-    for idx, row in out[out["stage"].eq("search")].iterrows():
-        if not len(reruns(out, row)) or row["status"] != "finished" or pd.isna(row["val_acc"]):
-            continue
-        mean = seed_mean(row, out, seeds, "val_acc", PENALTY)
-        out.loc[idx, ["sel_val", "selection_mean"]] = mean
-        out.loc[idx, "sel_saving"] = seed_mean(row, out, seeds, "cum_saving_restricted", 0.0)
-    return out
+    """``sel_val`` / ``sel_saving`` / ``selection_mean`` per search row
+    (:func:`.selection.values` over the study's re-evaluation seeds)."""
+    return selection.values(trials, spec.search.reeval_seeds)
 
 
 def budget_lines(trials: pd.DataFrame, spec: StudySpec, budget: int) -> list[str]:

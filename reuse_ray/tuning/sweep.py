@@ -23,7 +23,7 @@ import pandas as pd
 
 from ..errors import UserError
 from ..results.storage import Storage, display, join
-from . import launch, reeval
+from . import launch, reeval, selection
 from . import trials as table
 from .launch import Launcher, derive_concurrency
 from .pipeline import Experiment, Plan, run_experiment
@@ -99,13 +99,20 @@ def _reference_val(spec: SweepSpec, say) -> float | None:
     return summary.row["final_val_acc"]
 
 
-def select(df: pd.DataFrame, spec: SweepSpec, top: int) -> pd.DataFrame:
-    """The configurations the final stage reruns, chosen on validation metrics only."""
-    ok = df[df["status"].eq("finished") & df["val_acc"].notna()].drop_duplicates("run_id")
-    if spec.search.objective == "pareto":
-        ok = ok[ok["on_pareto_front"]]
-        return ok.sort_values(["val_acc", "cum_up_restricted"], ascending=[False, True]).head(top)
-    return ok.sort_values(["objective_value", "val_acc"], ascending=False).head(top)
+def _pareto(df: pd.DataFrame, top: int) -> pd.DataFrame:
+    """Objective pareto: the front's configurations, most accurate first."""
+    ok = selection.eligible(df).drop_duplicates("run_id")
+    ok = ok[ok["on_pareto_front"].fillna(False).astype(bool)]
+    return ok.sort_values(["val_acc", "cum_up_restricted"], ascending=[False, True]).head(top)
+
+
+def _bar(spec: SweepSpec, trials: pd.DataFrame) -> float | None:
+    """The retention objective's bar: ``search.retention`` × the reference run's validation
+    accuracy, as the trials table recorded it (also for ``--final``)."""
+    if spec.search.objective != "retention" or "reference_val_acc" not in trials:
+        return None
+    ref = trials["reference_val_acc"].dropna()
+    return spec.search.retention * float(ref.iloc[0]) if len(ref) and ref.iloc[0] > 0 else None
 
 
 def run_sweep(spec: SweepSpec, **options: Any) -> SweepOutcome:
@@ -287,19 +294,28 @@ def _choose(
     spec: SweepSpec, run: Launcher, trials: pd.DataFrame, reference: float | None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the configurations the final stage reruns, the trials table): every protocol point;
-    else the best by objective, after re-evaluation on further search seeds if asked."""
-    top = spec.final.top if spec.final else 1
-    if spec.search.searcher == "none":
+    the Pareto front; else the best by :mod:`.selection`'s rule (the searcher's objective,
+    with a fallback below the retention bar), after re-evaluation on further search seeds if
+    asked."""
+    s, top = spec.search, spec.final.top if spec.final else 1
+    if s.searcher == "none":
         return trials, trials
-    if spec.search.reeval_top:
-        cands = reeval.candidates(trials, spec.search.reeval_top)
+    if s.objective == "pareto":
+        return _pareto(trials, top), trials
+    bar = _bar(spec, trials)
+    if s.reeval_top:
+        cands = selection.candidates(trials, [s.objective], bar, s.reeval_top, fallback=True)
         what = f"robust selection: the best {len(cands)} configurations"
         ran = reeval.run_stage(spec, cands, run, what, reference=reference)
         if ran is not None:
             again = search_trials(spec, ran[1], reference, "reeval", ran[0])
             trials = pd.concat([trials, again], ignore_index=True)
-        return reeval.choose(trials, spec, top)
-    return select(trials, spec, top), trials
+    values = selection.values(trials, s.reeval_seeds)
+    once = values.drop_duplicates("run_id")  # a searcher that repeated a point: chosen once
+    got = selection.choose(once, [s.objective], bar, top, bool(s.reeval_top), fallback=True)
+    chosen = got.get(None, {}).get(s.objective, values.head(0))
+    drop = ["sel_val", "sel_saving"] + ([] if s.reeval_top else ["selection_mean"])
+    return chosen.drop(columns=drop), values.drop(columns=drop)
 
 
 def _say_choice(spec: SweepSpec, chosen, trials, say) -> None:
