@@ -287,3 +287,58 @@ def test_resume_sets_a_damaged_result_aside_and_recomputes_it(tmp_path, sweep_fi
     aside = list((hit / "_damaged").rglob("*.parquet"))
     assert len(aside) == 5  # the run's four files and the trials table, kept
     _assert_same_as(calm, hit)
+
+
+def test_a_budgeted_search_killed_and_resumed_spends_its_budget_once(tmp_path):
+    """The client-round ledger survives a killed driver: Tune's restored stopper starts empty,
+    and the ledger reads what the runs table recorded as spent — else the resumed search would
+    spend its budget a second time (here: every configuration to its end, 160 client-rounds)."""
+    raw = json.loads(json.dumps(SWEEP))
+    raw["search"]["client_rounds"] = 120  # three full runs of 10 rounds x 4 clients
+    raw["final"] = None
+    spec = tmp_path / "budget.yaml"
+    spec.write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not None}))
+    hit, env = tmp_path / "hit", _env()
+    proc = subprocess.Popen(
+        _cli("sweep", str(spec), "--results", str(hit)),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline:  # kill once two trials finished and a third has begun
+            runs = read_table_if_any(hit, "runs")
+            rows = read_table_if_any(hit, "rounds")
+            if runs is not None and (runs["status"] == "finished").sum() >= 2 and rows is not None:
+                running = runs.loc[runs["status"] == "running", "run_id"]
+                written = rows[rows["run_id"].isin(running)].groupby("run_id")["round"].max()
+                if len(written) and written.max() <= 3:
+                    break
+            time.sleep(0.2)
+        else:
+            pytest.fail("the search never reached its third trial")
+        os.killpg(proc.pid, signal.SIGKILL)
+        _stop_ray()
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        _stop_ray()
+    assert not (hit / "trials").exists()  # killed mid-search
+    done = subprocess.run(
+        _cli("sweep", str(spec), "--results", str(hit), "--resume"),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    _stop_ray()
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    runs = _frames(hit)["runs"]  # and no row duplicated
+    spent = int(runs["rounds_completed"].sum()) * 4
+    # the budget, give or take the round each running trial trained before it heard
+    assert 120 <= spent <= 120 + 2 * 4, (spent, runs[["status", "rounds_completed"]])
+    assert runs["status"].eq("stopped").any()
+    assert "client-round budget: " in done.stdout
