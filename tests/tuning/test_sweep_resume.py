@@ -292,9 +292,10 @@ def test_resume_sets_a_damaged_result_aside_and_recomputes_it(tmp_path, sweep_fi
 def test_a_budgeted_search_killed_and_resumed_spends_its_budget_once(tmp_path):
     """The client-round ledger survives a killed driver: Tune's restored stopper starts empty,
     and the ledger reads what the runs table recorded as spent — else the resumed search would
-    spend its budget a second time (here: every configuration to its end, 160 client-rounds)."""
+    spend its budget a second time (here: up to every configuration to its end)."""
     raw = json.loads(json.dumps(SWEEP))
     raw["search"]["client_rounds"] = 120  # three full runs of 10 rounds x 4 clients
+    raw["search"]["grid"]["method.dg.rho"] = [0.2, 0.3, 0.5, 0.7, 0.8, 0.9]
     raw["final"] = None
     spec = tmp_path / "budget.yaml"
     spec.write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not None}))
@@ -307,14 +308,14 @@ def test_a_budgeted_search_killed_and_resumed_spends_its_budget_once(tmp_path):
         start_new_session=True,
     )
     try:
-        deadline = time.time() + 300
+        deadline = time.time() + 600
         while time.time() < deadline:  # kill once two trials finished and a third has begun
             runs = read_table_if_any(hit, "runs")
             rows = read_table_if_any(hit, "rounds")
             if runs is not None and (runs["status"] == "finished").sum() >= 2 and rows is not None:
                 running = runs.loc[runs["status"] == "running", "run_id"]
                 written = rows[rows["run_id"].isin(running)].groupby("run_id")["round"].max()
-                if len(written) and written.max() <= 3:
+                if len(written) and written.sum() <= 6:  # well short of the 40 rounds left
                     break
             time.sleep(0.2)
         else:
