@@ -129,7 +129,12 @@ class StudyExperiment(Experiment):
         # a resumed study's wall time goes on from what it had spent
         self.t0 = time.perf_counter() - float(old.get("wall_s") or 0.0)
         self.attempts = [*old.get("attempts", []), _attempt(final_only)]
-        self.record("running")
+        self.running()
+
+    def running(self) -> None:
+        """Recorded as running, with the wall time so far: a launch killed without a word
+        (its machine or session ended) loses only its own time since this record."""
+        self.record("running", wall_s=time.perf_counter() - self.t0)
 
     def record(self, status: str, wall: float | None = None, **more) -> None:
         meta = _metadata(self.spec, self.started_at, wall, status, self.attempts)
@@ -154,7 +159,7 @@ class StudyExperiment(Experiment):
         """A workload's choices, in study.json as soon as they are made (before its final
         stage): the report of a study still computing knows which label is which level."""
         self.choices[w] = record
-        self.record("running")
+        self.running()
 
     def interrupted(self) -> None:
         # the wall time so far: what --resume's wall clock goes on from

@@ -559,3 +559,25 @@ def test_with_uplink_levels_each_level_of_an_arm_has_its_own_asha():
     assert got["levels", "c1", 2] == TrialScheduler.CONTINUE  # the only one of its level
     assert got["levels", "d2", 2] == TrialScheduler.STOP  # judged against d1
     assert levels.routed == {"d1": "arm|above", "d2": "arm|above", "c1": "arm|up10"}
+
+
+def test_a_launch_killed_without_a_word_keeps_the_wall_time_spent_before_it(tmp_path):
+    """study.json carries the wall time so far from the moment a launch opens: a launch whose
+    machine or session ended (no 'interrupted' record) loses only its own time."""
+    import time
+
+    from reuse_ray.tuning.study import StudyExperiment
+
+    spec = dataclasses.replace(parse_study(_raw()), results_dir=str(tmp_path))
+    (tmp_path / "study.json").write_text(json.dumps({"status": "interrupted", "wall_s": 1000.0}))
+    first = StudyExperiment(spec)
+    assert first.started(final_only=True)
+    first.opened(final_only=True)
+    meta = json.loads((tmp_path / "study.json").read_text())
+    assert meta["status"] == "running" and 1000.0 <= meta["wall_s"] < 1010.0
+    time.sleep(0.05)  # killed here: no interrupted record; the next launch goes on from it
+    again = StudyExperiment(spec)
+    again.started(final_only=True)
+    again.opened(final_only=True)
+    meta = json.loads((tmp_path / "study.json").read_text())
+    assert 1000.0 <= meta["wall_s"] < 1010.0 and len(meta["attempts"]) == 2
