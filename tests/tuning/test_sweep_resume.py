@@ -73,6 +73,44 @@ def _env() -> dict[str, str]:
     return env
 
 
+def _kill_when(spec: Path, hit: Path, ready, deadline_s: float, never: str) -> None:
+    """Run the sweep's CLI into ``hit`` and SIGKILL its driver (and the Ray it started) as soon
+    as ``ready(runs, written)`` holds: the runs table, and the last round written per running
+    run (0 for one with none yet)."""
+    proc = subprocess.Popen(
+        _cli("sweep", str(spec), "--results", str(hit)),
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.time() + deadline_s
+        while time.time() < deadline:
+            runs = read_table_if_any(hit, "runs")
+            rows = read_table_if_any(hit, "rounds")
+            if runs is not None:
+                running = runs.loc[runs["status"] == "running", "run_id"]
+                last = rows.groupby("run_id")["round"].max() if rows is not None else {}
+                written = pd.Series({r: int(last.get(r, 0)) for r in running}, dtype=int)
+                if ready(runs, written):
+                    break
+            time.sleep(0.2)
+        else:
+            pytest.fail(never)
+        os.killpg(proc.pid, signal.SIGKILL)
+        _stop_ray()  # the cluster's workers live outside the driver's process group
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        _stop_ray()
+
+
+def _finished(runs: pd.DataFrame) -> int:
+    return int((runs["status"] == "finished").sum())
+
+
 @pytest.fixture(scope="module")
 def sweep_file(tmp_path_factory) -> Path:
     spec = tmp_path_factory.mktemp("spec") / "resume.yaml"
@@ -99,55 +137,20 @@ def _assert_same_as(calm: Path, hit: Path) -> None:
 
 
 def test_kill_driver_then_resume_matches_an_uninterrupted_sweep(tmp_path, sweep_file, calm):
-    spec, env = sweep_file, _env()
-    hit = tmp_path / "hit"
-
-    proc = subprocess.Popen(
-        _cli("sweep", str(spec), "--results", str(hit)),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    spec, hit = sweep_file, tmp_path / "hit"
+    # kill once some trial has finished and another has at most 4 of its 10 rounds written:
+    # the search is then at least 6 rounds from its end, so the kill lands mid-search
+    _kill_when(
+        spec,
+        hit,
+        lambda runs, written: _finished(runs) >= 1 and (written <= 4).any(),
+        300,
+        "the sweep never reached a mid-way state",
     )
-    try:
-        deadline = time.time() + 300
-        # kill once some trial has finished and another has at most 4 of its 10 rounds written:
-        # the search is then at least 6 rounds from its end, so the kill lands mid-search
-        while time.time() < deadline:
-            runs = read_table_if_any(hit, "runs")
-            rows = read_table_if_any(hit, "rounds")
-            if runs is not None and (runs["status"] == "finished").sum() >= 1:
-                running = runs.loc[runs["status"] == "running", "run_id"]
-                written = (
-                    rows[rows["run_id"].isin(running)].groupby("run_id")["round"].max()
-                    if rows is not None
-                    else pd.Series(dtype=float)
-                )
-                if any(written.get(r, 0) <= 4 for r in running):
-                    break
-            time.sleep(0.2)
-        else:
-            pytest.fail("the sweep never reached a mid-way state")
-        os.killpg(proc.pid, signal.SIGKILL)
-        _stop_ray()  # the cluster's workers live outside the driver's process group
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        _stop_ray()
     # really interrupted mid-way: the search never finished, the final stage never started
     interrupted = read_table(hit, "runs")
     assert not (hit / "trials").exists() and (interrupted["stage"] == "search").all()
-
-    done = subprocess.run(
-        _cli("sweep", str(spec), "--results", str(hit), "--resume"),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    _stop_ray()
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    _sweep_to_the_end(spec, hit, "--resume")
     _assert_same_as(calm, hit)
 
 
@@ -299,44 +302,17 @@ def test_a_budgeted_search_killed_and_resumed_spends_its_budget_once(tmp_path):
     raw["final"] = None
     spec = tmp_path / "budget.yaml"
     spec.write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not None}))
-    hit, env = tmp_path / "hit", _env()
-    proc = subprocess.Popen(
-        _cli("sweep", str(spec), "--results", str(hit)),
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    hit = tmp_path / "hit"
+    # kill once two trials finished and the next have begun, well short of the 40 rounds left
+    _kill_when(
+        spec,
+        hit,
+        lambda runs, written: _finished(runs) >= 2 and 0 < written.sum() <= 6,
+        600,
+        "the search never reached its third trial",
     )
-    try:
-        deadline = time.time() + 600
-        while time.time() < deadline:  # kill once two trials finished and a third has begun
-            runs = read_table_if_any(hit, "runs")
-            rows = read_table_if_any(hit, "rounds")
-            if runs is not None and (runs["status"] == "finished").sum() >= 2 and rows is not None:
-                running = runs.loc[runs["status"] == "running", "run_id"]
-                written = rows[rows["run_id"].isin(running)].groupby("run_id")["round"].max()
-                if len(written) and written.sum() <= 6:  # well short of the 40 rounds left
-                    break
-            time.sleep(0.2)
-        else:
-            pytest.fail("the search never reached its third trial")
-        os.killpg(proc.pid, signal.SIGKILL)
-        _stop_ray()
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        _stop_ray()
     assert not (hit / "trials").exists()  # killed mid-search
-    done = subprocess.run(
-        _cli("sweep", str(spec), "--results", str(hit), "--resume"),
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    _stop_ray()
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    done = _sweep_to_the_end(spec, hit, "--resume")
     runs = _frames(hit)["runs"]  # and no row duplicated
     spent = int(runs["rounds_completed"].sum()) * 4
     # the budget, give or take the round each running trial trained before it heard
