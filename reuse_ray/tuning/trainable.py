@@ -168,8 +168,8 @@ class FLTrainable(tune.Trainable):
             return dict(error_metrics(err, self.label), done=True)
 
     def _start(self) -> dict[str, Any] | None:
-        """The trial's run made; or the result of a trial that needs none: its arm's
-        client-round budget is spent, or this very run finished here before."""
+        """The trial's run made; or the result of a trial that needs none: this very run
+        finished here before (its rows are kept)."""
         spec, stage, label = self.spec, self.stage, self.label
         cfg = spec.run_config(self.params)
         self.cfg = cfg
