@@ -27,7 +27,7 @@ def select(trials: pd.DataFrame, spec: StudySpec) -> dict[str, dict[str, Any]]:
     if spec.search.reeval_top:
         ok = ok[ok["selection_mean"].notna()]
     bar = _bar(ok, spec, "sel_val")
-    got = choose(ok, spec.objectives, bar, robust=bool(spec.search.reeval_top))
+    got = choose(ok, spec.objectives, bar)  # ok: the candidates already, with robust selection
     arms = [a.name for a in spec.arms if a.name in got]
     return {arm: {o: rows.iloc[0] for o, rows in got[arm].items()} for arm in arms}
 
