@@ -314,9 +314,24 @@ class Launcher:
 
         from ..results import read_table
 
-        self(spec, "final", param_space={"final": tune.grid_search(points)}, total=len(points))
+        # a point whose run finished here before (a stage launched again, a copied folder)
+        # needs no trial: its rows are kept, as a trial would keep them, and no trial process
+        # is started for it
+        todo = [p for p in points if not _kept(spec, p)]
+        if len(todo) < len(points):
+            self.say(f"  final: {len(points) - len(todo)} runs already finished here; rows kept")
+        if todo:
+            self(spec, "final", param_space={"final": tune.grid_search(todo)}, total=len(todo))
         runs = read_table(spec.results_dir, "runs")
         return runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
+
+
+def _kept(spec: SweepSpec, point: dict[str, Any]) -> bool:
+    from .trainable import kept_run
+
+    params = dict(point)
+    label = params.pop("label", None)
+    return kept_run(spec.run_config(params), "final", label) is not None
 
 
 def final_points(

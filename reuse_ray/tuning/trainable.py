@@ -235,18 +235,27 @@ class FLTrainable(tune.Trainable):
         self.run, self.ended = None, True
 
 
-def _without_a_run(spec: SweepSpec, stage: str, cfg, label, reference_val) -> dict | None:
-    """The result of a trial that needs no run: this very run (config and seed: its id)
-    finished here before — a sweep started over the shipped or an earlier sweep's Parquet, or
-    a search repeating a point: the engine is deterministic, so its rows are kept, not
-    recomputed."""
+def kept_run(cfg, stage: str, label: str | None) -> dict | None:
+    """The runs row of this very run (config and seed: its id) if it finished here before in
+    ``stage`` under ``label`` — a sweep started over the shipped or an earlier sweep's Parquet,
+    a search repeating a point, a final stage launched again: the engine is deterministic, so
+    its rows are kept, not recomputed."""
     kept = RunWriter(cfg.results_dir, cfg.run_id, cfg.method.name).previous_result()
     if kept and (kept["status"], kept["stage"], kept["label"]) == ("finished", stage, label):
-        print(f"{cfg.run_id}: already finished in this results folder; rows kept", flush=True)
-        return trial_metrics(
-            spec, kept, kept["final_val_acc"], reference_val, cfg.run_id, "finished", label
-        )
+        return kept
     return None
+
+
+def _without_a_run(spec: SweepSpec, stage: str, cfg, label, reference_val) -> dict | None:
+    """The result of a trial that needs no run: its run finished here before
+    (:func:`kept_run`)."""
+    kept = kept_run(cfg, stage, label)
+    if kept is None:
+        return None
+    print(f"{cfg.run_id}: already finished in this results folder; rows kept", flush=True)
+    return trial_metrics(
+        spec, kept, kept["final_val_acc"], reference_val, cfg.run_id, "finished", label
+    )
 
 
 def trial_hooks(spec: SweepSpec, stage: str, trial_id: str | None, label: str | None, **more):

@@ -137,6 +137,7 @@ def test_the_notebook_runs_over_a_protocols_results(protocol, monkeypatch):
     assert any("image/png" in o.get("data", {}) for o in outputs)
 
 
+@pytest.mark.slow  # the module's protocol runs (10 s) are the full suite's
 def test_resumed_runs_are_named_from_their_attempts_or_inferred_from_their_clocks(protocol):
     """A runs row that records ``attempts`` says so; one written before that column existed is
     inferred resumed when its rounds' own times exceed its ``wall_s``."""
