@@ -163,15 +163,28 @@ def crash_at(t: int):
     return CrashAt()
 
 
+# modules whose tests start Ray instances of their own in subprocesses (a `ray start` head,
+# the CLI, a simulated cluster), each under its own temp dir and ports: the second Ray lane
+OWN_RAY_MODULES = {
+    "test_documented_commands.py",
+    "test_ray_job.py",
+    "test_sweep_resume.py",
+    "test_multinode.py",
+}
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Two lanes (``-n 2 --dist loadgroup``, pyproject.toml): every test that starts Ray
-    (marked ``ray``) runs in one worker, one after the other, as in a serial run (one Ray at a
-    time: ports, agents and temp dirs are never shared); the other tests fill the other worker
-    meanwhile. Without xdist the mark does nothing."""
+    """Lanes (``-n 2 --dist loadgroup``, pyproject.toml): the tests that start Ray (marked
+    ``ray``) run in two groups, each in one worker, one test after the other — the modules
+    that start Ray in this process (``ray.init``, once per module) in one, those whose Ray
+    instances are subprocesses of their own (:data:`OWN_RAY_MODULES`) in the other — so at
+    most two Ray instances of the suite live at once, each with its own ports and temp dir;
+    the other tests fill the workers around them. Without xdist the marks do nothing."""
     for item in items:
         if item.get_closest_marker("ray"):
-            item.add_marker(pytest.mark.xdist_group("ray"))
+            own = item.path.name in OWN_RAY_MODULES
+            item.add_marker(pytest.mark.xdist_group("ray_own" if own else "ray"))
 
 
 def small_config(tmp_path: Path, **overrides) -> RunConfig:
