@@ -128,3 +128,38 @@ def test_the_results_page_shows_the_shipped_paper_rows_tables():
     with contextlib.redirect_stdout(out):
         paper.main([str(ROOT / "results" / "paper_fashionmnist")])
     assert out.getvalue().strip() in (ROOT / "docs" / "results.md").read_text()
+
+
+def _markdown_tables(text: str) -> list[str]:
+    """Every Markdown table of ``text``: runs of consecutive lines that start with ``|``."""
+    tables, current = [], []
+    for line in [*text.splitlines(), ""]:
+        if line.startswith("|"):
+            current.append(line)
+        elif current:
+            tables.append("\n".join(current))
+            current = []
+    return tables
+
+
+def test_the_readme_and_results_page_show_the_shipped_studys_tables(capsys):
+    """`reuse-ray report results/study_fashionmnist --leaderboard` reprints, offline, the study's
+    header and level table the README shows and every table docs/results.md shows; every paired
+    CI the README's verdict cites is one the command prints."""
+    from reuse_ray.cli import main
+
+    assert main(["report", str(ROOT / "results" / "study_fashionmnist"), "--leaderboard"]) == 0
+    out = capsys.readouterr().out
+    readme = (ROOT / "README.md").read_text()
+    page = (ROOT / "docs" / "results.md").read_text()
+    leaderboard, levels, front, to_target = _markdown_tables(out)
+    header = out.splitlines()[0]
+    assert header.startswith("Study `study_fashionmnist`") and header in readme and header in page
+    assert "| workload | level | limit MB |" in levels and levels in readme
+    for table in (leaderboard, levels, front, to_target):
+        assert table in page
+    section = readme.split("\n## The study\n")[1].split("\n## ")[0]
+    cited = re.findall(r"[+-]\d+\.\d{2,3} \[[+-]\d+\.\d{2,3}, [+-]\d+\.\d{2,3}\]", section)
+    assert cited, "the README's verdict cites no paired CI"
+    missing = [ci for ci in cited if ci not in out]
+    assert not missing, f"CIs the README cites that the report does not print: {missing}"
