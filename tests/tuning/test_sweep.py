@@ -177,12 +177,19 @@ def test_tpe_search_then_final_stage_validation_only(tmp_path):
     # rerunning without --resume refuses to overwrite
     with pytest.raises(UserError, match="--resume"):
         run_sweep(parse_sweep(raw), say=lambda m: None)
-    # a crafted tuner.pkl left group-writable: --resume refuses it, and nothing is unpickled
-    # (the final stage's: --resume goes on from the finished search without its Tune state)
+    # a crafted tuner.pkl left group-writable (the final stage's: --resume goes on from the
+    # finished search without its Tune state): nothing is unpickled. With every final run
+    # finished, --resume has no trial to restore and reads no Tune state; with one final run's
+    # row gone, its trial would be restored, and --resume refuses the state
     state = next((tmp_path / "sweep" / "_tune").glob("*-final/tuner.pkl"))
     marker = tmp_path / "unpickled"
     state.write_bytes(pickle.dumps(_Payload(marker)))
     state.chmod(0o664)
+    run_sweep(parse_sweep(raw), resume=True, say=lambda m: None)
+    assert not marker.exists()
+    gone = final["run_id"].iloc[0]
+    (row,) = (tmp_path / "sweep" / "runs").rglob(f"{gone}.parquet")
+    row.unlink()
     with pytest.raises(UserError, match=r"tuner\.pkl is writable by its group"):
         run_sweep(parse_sweep(raw), resume=True, say=lambda m: None)
     assert not marker.exists()
@@ -361,7 +368,9 @@ def test_protocol_searcher_none_runs_every_grid_cell_on_the_final_seeds(tmp_path
         kept.sort_values("run_id").reset_index(drop=True),
         runs.sort_values("run_id").reset_index(drop=True),
     )
-    assert sum("(finished)" in m for m in said) == 4
+    # no trial started for them: one line says so
+    assert any("final: 4 runs already finished here; rows kept" in m for m in said), said
+    assert not any("final trial" in m for m in said)
 
 
 def test_a_relative_results_dir_is_a_folder_of_dated_sweeps_under_the_results_root(
