@@ -39,7 +39,7 @@ import ray
 import yaml
 
 from reuse_ray.configio import set_dotted
-from reuse_ray.tuning import parse_sweep, run_sweep
+from reuse_ray.tuning import parse_experiment, run_sweep
 
 ARMS = {
     "fedavg": ({"method.name": "fedavg", "method.topk_ratio": 1.0}, "search_budget"),
@@ -89,7 +89,7 @@ def _fresh_val(root, name, base, params: dict, fresh: list[int]) -> float:
         "checkpoint_every": 0,
         "results_dir": f"{root}/{name}",
     }
-    out = run_sweep(parse_sweep(raw), say=lambda m: None)
+    out = run_sweep(parse_experiment(raw), say=lambda m: None)
     return float(out.trials["val_acc"].mean())
 
 
@@ -132,7 +132,7 @@ def main() -> None:
                 name = f"{arm}-{mode.replace('/', 'rf')}-{seed}"
                 n_max = args.budget_trials * (20 if mode != "none" else 1)
                 raw = _sweep(root, name, base, space, seed, budget, n_max, **extra)
-                out = run_sweep(parse_sweep(raw), say=lambda m: None)
+                out = run_sweep(parse_experiment(raw), say=lambda m: None)
                 t = out.trials
                 done = t[t["status"] == "finished"]
                 best = float(done["val_acc"].max()) if len(done) else float("nan")
@@ -150,7 +150,7 @@ def main() -> None:
                         shutil.copytree(f"{root}/{name}/{table}", f"{root}/{name}-rob/{table}")
                     robust["search"] = dict(raw["search"], reeval_top=args.reeval_top)
                     robust["search"]["reeval_seeds"] = reeval
-                    rout = run_sweep(parse_sweep(robust), say=lambda m: None)
+                    rout = run_sweep(parse_experiment(robust), say=lambda m: None)
                     chosen = rout.trials[rout.trials["selected"]].iloc[0]
                     again = rout.trials[
                         rout.trials["stage"].eq("reeval")

@@ -18,7 +18,7 @@ import time
 
 import ray
 
-from reuse_ray.tuning import derive_concurrency, load_sweep, run_sweep
+from reuse_ray.tuning import derive_concurrency, load_spec, run_sweep
 
 
 def main() -> None:
@@ -26,7 +26,7 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=6)
     args = ap.parse_args()
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
-    base = load_sweep("sweeps/quickstart.yaml")
+    base = load_spec("sweeps/quickstart.yaml")
     derived = derive_concurrency(base, ray.cluster_resources())
     rates = {}
     for conc, reuse in ((1, True), (derived, True), (derived, False)):

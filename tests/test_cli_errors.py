@@ -610,10 +610,37 @@ def test_a_sweep_file_has_named_scales_as_a_study_file_does(tmp_path):
     """``--scale NAME`` means the same for both kinds of file: the file's ``scales.NAME``
     overrides, applied before ``--set``; a run of the file's base ignores the block."""
     from reuse_ray.configio import load_run_config
-    from reuse_ray.tuning import load_sweep
+    from reuse_ray.tuning import load_spec
 
     path = _file(tmp_path, "s.yaml", SCALED)
-    assert load_sweep(path).search.num_samples == 2
-    assert load_sweep(path, scale="tiny").search.num_samples == 1
-    assert load_sweep(path, ["search.num_samples=3"], scale="tiny").search.num_samples == 3
+    assert load_spec(path).search.num_samples == 2
+    assert load_spec(path, scale="tiny").search.num_samples == 1
+    assert load_spec(path, ["search.num_samples=3"], scale="tiny").search.num_samples == 3
     assert load_run_config(path, []).fl.rounds == 1
+
+
+@pytest.mark.parametrize("kind", ["sweep", "study"])
+@pytest.mark.parametrize("how", ["--address", "engine.ray_address"])
+def test_either_kind_of_file_joins_the_cluster_it_names(kind, how, tmp_path, capsys, monkeypatch):
+    """``--address`` means the same for a sweep file and a study file, and so does the file's
+    own ``engine.ray_address`` (a sweep's base, a study's workload): a cluster that does not
+    answer is one line naming it, and no results folder is made."""
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{s.getsockname()[1]}"
+    monkeypatch.setenv("REUSE_RAY_CONNECT_TIMEOUT", "5")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    study = kind == "study"
+    args = ["sweep", f"sweeps/{'study' if study else 'quickstart'}.yaml"]
+    args += ["--results", str(tmp_path / "res")] + (["--scale", "small"] if study else [])
+    where = "workloads.digits" if study else "base"
+    if how == "--address":
+        args += ["--address", address]
+    else:
+        args += ["--set", f"{where}.engine.ray_address={address}"]
+    assert main(args) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1 and f"cannot reach a Ray cluster at {address}" in err[0], err
+    assert not (tmp_path / "res").exists()

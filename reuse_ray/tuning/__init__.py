@@ -1,17 +1,21 @@
-"""Experiments: a sweep file or a study file searched with Ray Tune (+ Optuna) on validation
-metrics only, selected, then rerun on fresh seeds that read the test split once — one pipeline
-(:mod:`.pipeline`) for both kinds of file."""
+"""Experiments: a sweep file or a study file, read into one spec by one parser, searched with
+Ray Tune (+ Optuna) on validation metrics only, selected, then rerun on fresh seeds that read
+the test split once — one pipeline (:mod:`.pipeline`) for both kinds of file."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .fields import read_file
+from .parse import load_spec, parse_experiment
 from .pipeline import Experiment, run_experiment
-from .spec import SweepSpec, load_sweep, parse_sweep
+from .spec import ExperimentSpec, WorkloadSpec
 from .study import StudyExperiment, run_study
-from .study_spec import StudySpec, is_study, load_study, parse_study
 from .sweep import Sweep, SweepOutcome, derive_concurrency, pareto_front, run_sweep
+
+
+def experiment(spec: ExperimentSpec) -> Experiment:
+    """What :func:`run_experiment` runs for a spec of either kind."""
+    return StudyExperiment(spec) if spec.kind == "study" else Sweep(spec)
 
 
 def load_experiment(
@@ -19,24 +23,20 @@ def load_experiment(
 ) -> Experiment:
     """A sweep file, or a study file (``kind: study``), read with its named ``scale`` and
     ``a.b=value`` ``overrides`` applied and validated, as :func:`run_experiment` runs it."""
-    raw = read_file(path, overrides, scale, "sweep file")
-    if is_study(raw):
-        return StudyExperiment(parse_study(raw, str(path), scale))
-    return Sweep(parse_sweep(raw, str(path)))
+    return experiment(load_spec(path, overrides, scale))
 
 
 __all__ = [
     "Experiment",
-    "StudySpec",
+    "ExperimentSpec",
     "SweepOutcome",
-    "SweepSpec",
+    "WorkloadSpec",
     "derive_concurrency",
+    "experiment",
     "load_experiment",
-    "load_study",
-    "load_sweep",
+    "load_spec",
     "pareto_front",
-    "parse_study",
-    "parse_sweep",
+    "parse_experiment",
     "run_experiment",
     "run_study",
     "run_sweep",

@@ -118,3 +118,37 @@ def read_file(path, overrides: list[str] | None, scale: str | None, what: str) -
     apply_scale(raw, scale)
     apply_overrides(raw, overrides or [])
     return raw
+
+
+def check_levels(value: Any) -> tuple[float, ...]:
+    """``uplink_levels``: increasing fractions in (0, 1)."""
+    value = value or []
+    ok = isinstance(value, list | tuple) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 1 for v in value
+    )
+    if not ok or list(value) != sorted(set(value)):
+        raise ConfigError(
+            "uplink_levels",
+            f"{value!r}; allowed: increasing fractions in (0, 1) of the reference arm's "
+            "cumulative restricted uplink, e.g. [0.1, 0.25, 0.5]",
+        )
+    return tuple(float(v) for v in value)
+
+
+def check_fraction(path: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ConfigError(path, f"{value!r}; allowed: a number in [0, 1] (0: none)")
+    return float(value)
+
+
+def check_range(path: str, value: Any) -> tuple[float, float, bool]:
+    """``[low, high]`` or ``[low, high, log]``."""
+    ok = isinstance(value, list | tuple) and len(value) in (2, 3)
+    ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value[:2])
+    if ok and len(value) == 3:
+        ok = value[2] in ("log", "linear")
+    if not ok or not 0 < value[0] < value[1]:
+        raise ConfigError(
+            path, f"{value!r}; allowed: [low, high] or [low, high, log|linear] with 0 < low < high"
+        )
+    return float(value[0]), float(value[1]), len(value) == 3 and value[2] == "log"

@@ -15,11 +15,11 @@ from typing import Any
 
 from ..errors import UserError
 from ..results.storage import Storage, join
-from .spec import SweepSpec
+from .spec import WorkloadSpec
 from .trainable import FLTrainable
 
 
-def derive_concurrency(spec: SweepSpec, resources: dict[str, float]) -> int:
+def derive_concurrency(spec: WorkloadSpec, resources: dict[str, float]) -> int:
     """Trials that fit at once: min over resource kinds of ⌊available / per-trial need⌋."""
     need = spec.trial.totals()
     fits = [math.floor(resources.get(k, 0.0) / v + 1e-9) for k, v in need.items() if v > 0]
@@ -40,7 +40,7 @@ def derive_concurrency(spec: SweepSpec, resources: dict[str, float]) -> int:
 
 
 def launch(
-    spec: SweepSpec,
+    spec: WorkloadSpec,
     stage: str,
     *,
     param_space: Any,
@@ -94,7 +94,7 @@ def launch(
     return results
 
 
-def _trainable(spec: SweepSpec, stage: str, reference, verbose: int, mlflow):
+def _trainable(spec: WorkloadSpec, stage: str, reference, verbose: int, mlflow):
     """The stage's trial class with its arguments and what each trial reserves (its driver's
     bundle and, on the Ray engine, its client workers')."""
     from ray import tune
@@ -137,7 +137,7 @@ def _tune_config(spec, stage, search_alg, scheduler, num_samples, metric, mode, 
     )
 
 
-def _restore(spec: SweepSpec, path: str, name: str, trainable, fs):
+def _restore(spec: WorkloadSpec, path: str, name: str, trainable, fs):
     """The stage's Tune experiment as it was left, after checking that its state is the
     user's own and that every trial's newest checkpoint reads."""
     from ray import tune
@@ -154,7 +154,7 @@ def _restore(spec: SweepSpec, path: str, name: str, trainable, fs):
     )
 
 
-def _run_config(spec: SweepSpec, name: str, storage, fs, verbose: int, callbacks, stop):
+def _run_config(spec: WorkloadSpec, name: str, storage, fs, verbose: int, callbacks, stop):
     """Tune's ``RunConfig`` of a stage: where its state lives, restarts after a dead process,
     our console and Ctrl-C watch, and a checkpoint every ``checkpoint_every`` rounds."""
     from ray import tune
@@ -197,7 +197,7 @@ def set_aside_damaged(results_dir: str, say) -> list[str]:
     return runs
 
 
-def recompute_missing(spec: SweepSpec, stage: str, results, say) -> int:
+def recompute_missing(spec: WorkloadSpec, stage: str, results, say) -> int:
     """After a resumed stage: a trial Tune kept as ended whose run has no runs row in the
     results (its files were set aside as damaged) is recomputed here, in the driver, with the
     trial's own hooks — to the round a scheduler stopped it at, if it did — so the stage's
@@ -229,7 +229,7 @@ def recompute_missing(spec: SweepSpec, stage: str, results, say) -> int:
     return done
 
 
-def _synchronous(spec: SweepSpec, stage: str) -> bool:
+def _synchronous(spec: WorkloadSpec, stage: str) -> bool:
     """HyperBand halves a bracket only once the bracket is full: its search creates every
     trial at once (pending until the cluster has room; a paused trial frees its place), where
     trials created as places free up would each find the bracket unfilled and go on."""
@@ -243,7 +243,7 @@ def _stopper(scheduler: Any, stop: Any) -> str:
     return "the client-round budget" if stop is not None else "the scheduler"
 
 
-def _fit(tuner, spec: SweepSpec, stage: str, name: str):
+def _fit(tuner, spec: WorkloadSpec, stage: str, name: str):
     """``tuner.fit()``, and after it the SIGINT handler it replaced (Tune leaves its own in
     place when an experiment ends by itself, and that one would swallow the next Ctrl-C). A
     Ctrl-C that ended the experiment records its live trials' runs as interrupted and raises
@@ -268,7 +268,7 @@ def _fit(tuner, spec: SweepSpec, stage: str, name: str):
     raise Interrupted(stage, record_interrupted(spec, stage, live))
 
 
-def record_interrupted(spec: SweepSpec, stage: str, trial_ids: set[str]) -> int:
+def record_interrupted(spec: WorkloadSpec, stage: str, trial_ids: set[str]) -> int:
     """Mark the runs of ``stage``'s interrupted trials ``interrupted``; how many were marked."""
     from ..results.reader import read_table_if_any
     from ..results.writer import mark_interrupted
@@ -294,7 +294,7 @@ class Launcher:
     verbose: int = 0
     mlflow: str | None = None
 
-    def __call__(self, spec: SweepSpec, stage: str, **kw):
+    def __call__(self, spec: WorkloadSpec, stage: str, **kw):
         return launch(
             spec,
             stage,
@@ -306,7 +306,7 @@ class Launcher:
             **kw,
         )
 
-    def final(self, spec: SweepSpec, points: list[dict[str, Any]]):
+    def final(self, spec: WorkloadSpec, points: list[dict[str, Any]]):
         """The final stage of a sweep or of a study's workload: every point (a configuration
         with its fresh seed and label) once, the test split read once at round T; returns
         the stage's runs as the runs table records them."""
@@ -326,7 +326,7 @@ class Launcher:
         return runs[(runs["stage"] == "final") & (runs["sweep"] == spec.name)]
 
 
-def _kept(spec: SweepSpec, point: dict[str, Any]) -> bool:
+def _kept(spec: WorkloadSpec, point: dict[str, Any]) -> bool:
     from .trainable import kept_run
 
     params = dict(point)

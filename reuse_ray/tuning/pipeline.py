@@ -1,15 +1,17 @@
 """One experiment pipeline for sweep files and study files (design: Validation-only search).
 
-An experiment is workloads × arms: each workload's arms are searched on validation data only,
-selected, optionally re-evaluated on further search seeds, and rerun on fresh seeds that read
-the test split once. A study file is the general form; a sweep file is one workload whose one
-searched arm draws its configurations from a searcher (TPE, NSGA-II, random, a grid; ``none``:
-the grid goes unsearched to the final stage), with its ``final.compare`` entries as unsearched
-arms. Every stage is written once, here:
+An experiment is workloads × arms (:class:`.spec.ExperimentSpec`, read from either kind of file
+by one parser): each workload's arms are searched on validation data only, selected,
+optionally re-evaluated on further search seeds, and rerun on fresh seeds that read the test
+split once. A study file is the general form; a sweep file is one workload whose one searched
+arm draws its configurations from a searcher (TPE, NSGA-II, random, a grid; ``none``: the grid
+goes unsearched to the final stage), with its ``final.compare`` entries as unsearched arms.
+Every stage is written once, here:
 
-1. **open** — connect to Ray, name the results folder (a dated one where asked), refuse a
-   start over earlier results or a ``--resume``/``--final`` of nothing, set damaged files
-   aside, say what will run;
+1. **open** — connect to Ray (``--address``, else a workload's ``engine.ray_address``, else
+   ``$RAY_ADDRESS``, else a new local Ray), name the results folder (a dated one where asked),
+   refuse a start over earlier results or a ``--resume``/``--final`` of nothing, set damaged
+   files aside, say what will run;
 2. per workload: **search** (or with ``--final`` the finished search the results hold) →
    **trials table** → **selection** (robust re-evaluation within it) → the **final stage** on
    fresh seeds;
@@ -30,7 +32,7 @@ import pandas as pd
 from ..errors import UserError
 from ..results.storage import Storage, display
 from .launch import Launcher, derive_concurrency, set_aside_damaged
-from .spec import SweepSpec
+from .spec import ExperimentSpec, WorkloadSpec
 from .trials import write_trials
 
 
@@ -38,7 +40,7 @@ class Plan(Protocol):
     """One workload of an experiment: ``spec`` is what each of its stages launches with; the
     methods are the steps its kind of file decides."""
 
-    spec: SweepSpec
+    spec: WorkloadSpec
 
     def search(self, run: Launcher) -> pd.DataFrame: ...  # the search stage; its trials
     def finished_search(self) -> pd.DataFrame: ...  # --final: the search the results hold
@@ -59,11 +61,9 @@ class Experiment(Protocol):
     calls it, its plans, and its record (a study's study.json; a sweep keeps none)."""
 
     what: str
-    spec: Any
+    spec: ExperimentSpec
 
-    def address(self, given: str | None) -> str | None: ...  # the cluster to join
     def started(self, final_only: bool) -> bool: ...  # the folder holds it already
-    def workload_specs(self) -> list[SweepSpec]: ...
     def opened(self, final_only: bool) -> None: ...  # recorded as running
     def header(self, run: Launcher, resources: dict[str, float]) -> str: ...
     def plans(self) -> Iterator[Plan]: ...
@@ -86,8 +86,8 @@ def run_experiment(
     ``resume``: continue the interrupted experiment in its folder; ``final_only``: no search,
     the choice from the search the folder holds, then the final stage; ``verbose``: 0 prints
     our own trial lines only, 1 adds Tune's status tables, 2 also every trial's per-round
-    lines; ``address``: the Ray cluster to join (else a sweep's ``engine.ray_address``, else
-    ``$RAY_ADDRESS``, else a new local Ray)."""
+    lines; ``address``: the Ray cluster to join (else a workload's ``engine.ray_address``,
+    else ``$RAY_ADDRESS``, else a new local Ray)."""
     run = open_experiment(exp, resume, final_only, say, verbose, mlflow, address)
     outcomes = []
     try:
@@ -108,14 +108,14 @@ def open_experiment(exp: Experiment, resume, final_only, say, verbose, mlflow, a
     :class:`.launch.Launcher` every stage is launched with."""
     from ..distributed import ensure_ray
 
-    ensure_ray(exp.address(address))
+    ensure_ray(address or exp.spec.ray_address())
     exp.spec = dated(exp.spec, resume or final_only, exp.what)
     open_folder(exp.spec, resume, final_only, exp.what, exp.started(final_only), say)
     import optuna
     import ray
 
     resources = ray.cluster_resources()
-    concurrency = derive_concurrency(exp.workload_specs()[0], resources)
+    concurrency = derive_concurrency(exp.spec.workload(next(iter(exp.spec.workloads))), resources)
     exp.opened(final_only)
     if verbose < 1:
         optuna.logging.set_verbosity(optuna.logging.WARNING)

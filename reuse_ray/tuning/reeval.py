@@ -16,7 +16,7 @@ import json
 
 import pandas as pd
 
-from .spec import SweepSpec
+from .spec import WorkloadSpec
 
 PENALTY = -3.0  # below every objective's range (val_acc in [0, 1]; retention's penalty > -2)
 
@@ -57,7 +57,7 @@ def _value(row: pd.Series, column: str, penalty: float) -> float:
     return float(v) if ok and v is not None and not pd.isna(v) else penalty
 
 
-def run_stage(spec: SweepSpec, cands: pd.DataFrame, run, what: str, **kw):
+def run_stage(spec: WorkloadSpec, cands: pd.DataFrame, run, what: str, **kw):
     """The re-evaluation stage of a sweep or of a study's workload: the candidates rerun on
     each ``search.reeval_seeds`` seed as Tune trials of stage ``reeval`` (validation only),
     launched by :class:`.launch.Launcher` ``run`` (``kw``: its further arguments); ``what``

@@ -8,13 +8,13 @@ from .spec import (
     OBJECTIVES,
     SCHEDULERS,
     SEARCHERS,
+    STUDY_KEYS,
+    STUDY_OBJECTIVES,
     TRIAL_BACKENDS,
     FinalSpec,
     SearchSpec,
     TrialSpec,
 )
-from .study_spec import OBJECTIVES as STUDY_OBJECTIVES
-from .study_spec import TOP as STUDY_TOP
 
 
 def _codes(values) -> str:
@@ -72,18 +72,6 @@ SWEEP_TOP = [
         "where results go; a relative one is a folder of dated sweeps below the results root",
     ),
 ]
-
-FINAL_MEANING = {
-    "seeds": (
-        "fresh seeds, disjoint from the search's, on which the final stage reruns each "
-        "selected configuration"
-    ),
-    "top": "how many of the best search configurations the final stage reruns",
-    "compare": (
-        "unsearched references, each a mapping of dotted run-config fields (`seeds:` to "
-        "run on some final seeds only), labelled `compare-<j>`"
-    ),
-}
 
 STUDY_MEANING = {
     "name": "the study's name: its sweeps are `<name>-<workload>`",
@@ -156,10 +144,16 @@ def SPEC_SECTIONS() -> list[tuple[str, str, list[dict[str, str]]]]:  # noqa: N80
             r["allowed"] = r["allowed"] or ALLOWED.get(r["field"], "")
         return rows
 
-    final = blocks(FinalSpec, "final.")
-    for r in final:
-        r["meaning"] = r["meaning"] or FINAL_MEANING.get(r["field"].split(".")[-1], "")
-    study = [_row(key, "", "", "", STUDY_MEANING.get(key, "")) for key in STUDY_TOP]
+    # a reference is an unsearched arm of the one spec; in a sweep file, a final-block entry
+    compare = _row(
+        "final.compare",
+        "tuple[dict[str, Any], ...]",
+        "`[]`",
+        "",
+        "unsearched references (dotted fields, optional seeds:), labelled compare-<j>",
+    )
+    final = blocks(FinalSpec, "final.") + [compare]
+    study = [_row(key, "", "", "", STUDY_MEANING.get(key, "")) for key in STUDY_KEYS]
     return [
         (
             "Sweep file",

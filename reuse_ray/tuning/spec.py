@@ -1,36 +1,33 @@
-"""Declarative sweep files: validated into a frozen :class:`SweepSpec` with clear errors.
+"""Experiment files, validated into one frozen :class:`ExperimentSpec` with clear errors.
 
-A sweep file has a ``base`` run config (``reuse_ray.config``), a ``search`` block (what is
-searched, by which searcher, on which objective, under which scheduler and budget), a ``trial``
-block (what one trial reserves), an optional ``final`` block (fresh seeds, references) and
-``results_dir``; every key, its default and what is allowed are in ``docs/reference.md``,
-generated from the dataclasses below and the comments beside their fields. Every check names
-the field and what is allowed.
+Every experiment is workloads × arms: each workload a base run config, each arm a method with
+the fields it fixes, searched on validation data only under one budget, selected, and rerun on
+fresh seeds that read the test split once. A **study file** (``kind: study``) is the general
+form: named workloads and arms, every searched arm drawing its configurations from its own
+space and the shared knobs. A **sweep file** is shorthand for one workload (its ``base``) and
+one searched arm whose configurations come from ``search.searcher`` (TPE, NSGA-II, random, a
+grid; ``none``: the grid goes unsearched to the final stage), its ``final.compare`` entries
+unsearched arms. One parser reads both (:func:`parse_experiment`), with the same checks of the
+blocks they share (``search``, ``trial``, ``final.seeds``, ``name``, ``results_dir``); every
+key, its default and what is allowed are in ``docs/reference.md``, generated from the
+dataclasses below and the comments beside their fields. Every check names the field and what
+is allowed.
 """
 
 from __future__ import annotations
 
 import math
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..checks import check_choice
 from ..config import ConfigError, RunConfig
 from ..configio import from_dict, set_dotted
-from ..results.storage import anchored
 from .fields import (
-    check_budget,
-    check_checkpoint_every,
-    check_fresh_seeds,
-    check_name,
     check_positive,
     check_seed,
     check_share,
     deep_copy,
-    read_file,
-    take_fields,
 )
 
 SEARCHERS = ("tpe", "nsga2", "random", "grid", "none")
@@ -199,27 +196,69 @@ class TrialSpec:
         return out
 
 
+STUDY_OBJECTIVES = ("val_acc", "retention")
+KINDS = ("sweep", "study")
+FOLDERS = {"sweep": "sweeps", "study": "studies"}  # where results go by default
+SWEEP_KEYS = ("name", "base", "search", "trial", "final", "results_dir", "checkpoint_every")
+STUDY_KEYS = (
+    "name",
+    "kind",
+    "workloads",
+    "arms",
+    "budget",
+    "search",
+    "shared",
+    "topk_range",
+    "objectives",
+    "uplink_levels",
+    "target_of_reference",
+    "retention",
+    "retention_reference",
+    "final",
+    "compare_to",
+    "targets",
+    "trial",
+    "checkpoint_every",
+    "results_dir",
+    "scales",
+)
+
+
+TRIAL_KEYS = tuple(TrialSpec.__dataclass_fields__)
+
+
 @dataclass(frozen=True)
 class FinalSpec:
     # fresh seeds, disjoint from the search's, on which the selected configurations rerun
     seeds: tuple[int, ...] = ()
     top: int = 1  # how many of the best search configurations the final stage reruns
-    # unsearched references (dotted fields, optional seeds:), labelled compare-<j>
-    compare: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
-class SweepSpec:
+class Arm:
+    """One competitor: a method with the run-config fields it fixes (dotted) and, searched,
+    the space of its own knobs (a registered space name; None: the shared knobs only, or a
+    sweep's searcher alone). Unsearched (a sweep's ``final.compare`` entry), it runs as it is
+    in the final stage, on ``seeds`` (a subset of the final seeds) where given."""
+
+    name: str
+    fixed: dict[str, Any]
+    space: str | None = None
+    searched: bool = True
+    seeds: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    """One workload of an experiment as its stages launch it: its Tune experiments, trials
+    table and runs are named ``name``; every trial starts from ``base``."""
+
     name: str
     base: dict[str, Any]
     search: SearchSpec
     trial: TrialSpec
-    final: FinalSpec | None
     results_dir: str
     checkpoint_every: int = 5
-    # results_dir is a folder of dated sweeps (it was relative, anchored at the results root):
-    # each new sweep writes to a fresh YYYYMMDD-HHMMSS folder below it, --resume to the newest
-    dated: bool = False
 
     def trials_total(self) -> int | str:
         """The search's trials (grid: its points × num_samples), or with a client-round budget
@@ -233,9 +272,8 @@ class SweepSpec:
     def run_config(self, params: dict[str, Any] | None = None, **top: Any) -> RunConfig:
         """The base config with dotted ``params`` and top-level fields applied.
 
-        A sweep's base may hold the blocks of several of its arms' methods; each trial keeps
-        only the block of its own method (a run config with another method's block is an
-        error)."""
+        A base may hold the blocks of several of its arms' methods; each trial keeps only the
+        block of its own method (a run config with another method's block is an error)."""
         data = deep_copy(self.base)
         for key, value in (params or {}).items():
             set_dotted(data, key, value)
@@ -254,17 +292,95 @@ class SweepSpec:
         data["engine"] = engine
         return from_dict(RunConfig, data)
 
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """A sweep file or a study file, validated: workloads × arms, the search and its budget,
+    how each arm is selected, and the final stage (``kind``: which file it was read from)."""
+
+    name: str
+    kind: str  # sweep or study
+    workloads: dict[str, dict[str, Any]]  # workload name -> its base run config
+    arms: tuple[Arm, ...]
+    # a sweep's searcher, objective, budget and scheduler; a study's scheduler and robust
+    # selection (its arms' points are drawn by a seeded random sampler)
+    search: SearchSpec
+    trial: TrialSpec
+    final: FinalSpec | None
+    results_dir: str
+    checkpoint_every: int = 5
+    # results_dir is a folder of dated experiments (it was relative, anchored at the results
+    # root): each new one writes to a fresh YYYYMMDD-HHMMSS folder below it, --resume to the
+    # newest
+    dated: bool = False
+    scale: str | None = None  # the file's named scale applied
+    client_rounds: dict[str, int] = field(default_factory=dict)  # per workload (0: no budget)
+    # a study's budget per arm: configurations drawn (at most) and the sampler's seed
+    trials_per_arm: int = 0
+    sampler_seed: int = 0
+    # a study's drawn knobs: dotted field -> (low, high, log), one range for every arm
+    shared: dict[str, tuple[float, float, bool]] = field(default_factory=dict)
+    topk_range: tuple[float, float, bool] = (0.01, 1.0, True)
+    # a study's selection: its objectives per arm, the retention bar against the reference arm
+    objectives: tuple[str, ...] = ("val_acc",)
+    retention: float = 0.98
+    retention_reference: str = ""
+    # selection at matched uplink: fractions of the reference arm's cumulative restricted uplink
+    # at the final round; per arm and level, the best validation accuracy within it
+    uplink_levels: tuple[float, ...] = ()
+    # bytes to a validation target fixed before any test read: this fraction of the reference
+    # arm's mean final-stage validation accuracy (0: the absolute ``targets`` only)
+    target_of_reference: float = 0.0
+    targets: dict[str, float] = field(default_factory=dict)
+    compare_to: tuple[str, ...] = ()  # the arms the leaderboard's differences are taken against
+
+    def workload(self, w: str) -> WorkloadSpec:
+        """What the stages of workload ``w`` launch with: its base, the search with the
+        workload's budget, this experiment's trials (a sweep's one workload carries its name,
+        a study's ``<name>-<workload>``)."""
+        return WorkloadSpec(
+            name=self.name if self.kind == "sweep" else f"{self.name}-{w}",
+            base=self.workloads[w],
+            search=replace(self.search, client_rounds=self.client_rounds.get(w, 0)),
+            trial=self.trial,
+            results_dir=self.results_dir,
+            checkpoint_every=self.checkpoint_every,
+        )
+
+    def arm(self, name: str) -> Arm:
+        return next(a for a in self.arms if a.name == name)
+
     @property
-    def search_seeds(self) -> set[int]:
-        seeds = {int(self.base.get("seed", RunConfig().seed))}
-        seeds |= set(self.search.reeval_seeds)
-        for values in self.search.grid.get("seed", []), [self.search.reference.get("seed")]:
-            seeds |= {int(v) for v in values if v is not None}
-        return seeds
+    def final_seeds(self) -> tuple[int, ...]:
+        return self.final.seeds if self.final else ()
+
+    @property
+    def compare(self) -> tuple[dict[str, Any], ...]:
+        """The unsearched arms as final-stage references: fields, label, seeds (if named)."""
+        return tuple(
+            dict(a.fixed, label=a.name, **({"seeds": list(a.seeds)} if a.seeds else {}))
+            for a in self.arms
+            if not a.searched
+        )
+
+    def ray_address(self) -> str | None:
+        """The cluster a workload's ``engine.ray_address`` names (the first that names one)."""
+        named = ((b.get("engine") or {}).get("ray_address") for b in self.workloads.values())
+        return next((a for a in named if a), None)
+
+    def level_name(self, level: float) -> str:
+        """A level's objective name (``up10`` for 10 %): its final runs' label is
+        ``ARM@up10``."""
+        return level_name(level)
+
+
+def level_name(level: float) -> str:
+    pct = 100 * level
+    return f"up{pct:g}" if pct != int(pct) else f"up{int(pct)}"
 
 
 def check_base(base: dict[str, Any]) -> RunConfig:
-    """A sweep's run config as its trials see it (other methods' blocks set aside)."""
+    """A workload's run config as its trials see it (other methods' blocks set aside)."""
     data = deep_copy(base)
     if isinstance(data.get("method"), dict):
         data["method"] = _own_block_only(data["method"])
@@ -286,160 +402,3 @@ def _own_block_only(method: dict[str, Any]) -> dict[str, Any]:
         return method
     others = set(config_blocks()) - {own}
     return {k: v for k, v in method.items() if k not in others}
-
-
-def parse_sweep(raw: dict[str, Any], source: str = "<sweep>") -> SweepSpec:
-    """Validate a sweep mapping; every error names the field and what is allowed."""
-    top = ("name", "base", "search", "trial", "final", "results_dir", "checkpoint_every")
-    raw = take_fields(raw, "<root>", top)
-    if "base" not in raw:
-        raise ConfigError("base", f"{source} has no base: run config")
-    base = raw.get("base") or {}
-    check_base(base)
-    name = check_name(raw.get("name") or Path(source).stem)
-    search = _parse_search(raw.get("search"), base)
-    final = _parse_final(raw.get("final"))
-    results_dir = raw.get("results_dir") or f"sweeps/{name}"
-    if not isinstance(results_dir, str):
-        raise ConfigError("results_dir", f"{results_dir!r}; allowed: a path or a URI")
-    # never relative to the working directory: Tune runs each trial in its own, and under
-    # `ray job submit` it is a package cache on the head node
-    location, relative = anchored(results_dir)
-    spec = SweepSpec(
-        name=name,
-        base=base,
-        search=search,
-        trial=parse_trial(raw.get("trial")),
-        final=final,
-        results_dir=location,
-        checkpoint_every=check_checkpoint_every(raw.get("checkpoint_every", 5)),
-        dated=relative,
-    )
-    _check_seeds(spec)
-    return spec
-
-
-def _parse_search(raw: Any, base: dict[str, Any]) -> SearchSpec:
-    """The ``search:`` block, checked field by field and against the base run config (its
-    rounds for the scheduler, its clients for the budget, every grid point a valid config)."""
-    search = SearchSpec(**take_fields(raw, "search", tuple(SearchSpec.__dataclass_fields__)))
-    _check_searcher(search)
-    cfg = check_base(deep_copy(base))
-    search.check_rounds(cfg.fl.rounds)
-    check_budget("search.client_rounds", search.client_rounds, cfg)
-    _check_grid(search, base)
-    return search
-
-
-def _check_searcher(search: SearchSpec) -> None:
-    """A searcher's own needs: a grid for grid and none, a space for the samplers (and no
-    grid, which they would ignore), a multi-objective sampler for pareto."""
-    if search.searcher in ("grid", "none"):
-        if not search.grid:
-            raise ConfigError("search.grid", f"the {search.searcher} searcher needs a grid")
-    elif not search.space:
-        raise ConfigError("search.space", f"the {search.searcher} searcher needs a space module")
-    elif search.grid:  # it would be ignored: the space module says what is searched
-        raise ConfigError(
-            "search.grid",
-            f"read by the grid and none searchers only; the "
-            f"{search.searcher} searcher samples search.space "
-            f"({search.space!r})",
-        )
-    if search.objective == "pareto" and search.searcher not in ("nsga2", "random", "grid"):
-        raise ConfigError("search.objective", "pareto needs searcher nsga2, random or grid")
-    if search.space:
-        from .spaces import load_space
-
-        load_space(search.space)
-
-
-def _check_grid(search: SearchSpec, base: dict[str, Any]) -> None:
-    """Every grid point is a valid run config (named by its grid key)."""
-    for key, values in search.grid.items():
-        if not isinstance(values, list) or not values:
-            raise ConfigError(f"search.grid.{key}", "expected a non-empty list of values")
-        for v in values:
-            probe = deep_copy(base)
-            set_dotted(probe, key, v)
-            try:
-                check_base(probe)
-            except ConfigError as err:
-                raise ConfigError(f"search.grid.{key}", str(err)) from None
-
-
-def _parse_final(raw: Any) -> FinalSpec | None:
-    """The ``final:`` block: fresh seeds, how many configurations, the references."""
-    if raw is None:
-        return None
-    f = take_fields(raw, "final", ("seeds", "top", "compare"))
-    seeds, compare = f.get("seeds") or (), f.get("compare") or ()
-    seeds = check_fresh_seeds("final.seeds", seeds, set(), "the final stage")
-    if not isinstance(compare, list | tuple) or not all(isinstance(c, dict) for c in compare):
-        raise ConfigError("final.compare", "expected a list of mappings of run-config fields")
-    compare = tuple(_compare_entry(j, c, seeds) for j, c in enumerate(compare))
-    final = FinalSpec(tuple(seeds), f.get("top", 1), compare)
-    check_positive("final.top", final.top, integer=True)
-    return final
-
-
-def _check_seeds(spec: SweepSpec) -> None:
-    """The search's seeds, robust selection's and the final stage's are disjoint, and an
-    unsearched grid has a final stage to run in."""
-    search, final = spec.search, spec.final
-    if search.searcher == "none" and final is None:
-        raise ConfigError("final", "searcher none runs the grid in the final stage; add final:")
-    base_seed = int(spec.base.get("seed", RunConfig().seed))
-    if base_seed in search.reeval_seeds:
-        raise ConfigError(
-            "search.reeval_seeds", f"{base_seed} is the search's own seed; allowed: further seeds"
-        )
-    if final is not None and search.searcher != "none":
-        reused = sorted(set(final.seeds) & spec.search_seeds)
-        if reused:
-            raise ConfigError(
-                "final.seeds",
-                f"{reused} were used by the search; allowed: seeds the search never used",
-            )
-
-
-def _compare_entry(j: int, entry: dict[str, Any], seeds) -> dict[str, Any]:
-    """A ``final.compare`` entry: run-config fields, plus two optional keys of its own —
-    ``label`` (its name in the runs table; default ``compare-J``) and ``seeds`` (a subset of
-    ``final.seeds`` it runs on, for controls that need fewer seeds than the arms)."""
-    where = f"final.compare[{j}]"
-    label = entry.get("label", f"compare-{j}")
-    if not isinstance(label, str) or not re.fullmatch(r"[A-Za-z0-9_.+-]{1,64}", label):
-        raise ConfigError(
-            f"{where}.label", f"{label!r}; allowed: a name of letters, digits and _.+- (at most 64)"
-        )
-    only = entry.get("seeds")
-    if only is not None:
-        if not isinstance(only, list | tuple) or not only:
-            raise ConfigError(
-                f"{where}.seeds",
-                f"{only!r}; allowed: a non-empty list of final.seeds {list(seeds)}",
-            )
-        extra = [v for v in only if v not in seeds]
-        if extra:
-            raise ConfigError(
-                f"{where}.seeds",
-                f"{extra} are not in final.seeds {list(seeds)}; allowed: a subset of them",
-            )
-        only = [int(v) for v in only]
-    fields = {k: v for k, v in entry.items() if k not in ("label", "seeds")}
-    return dict(fields, label=label, **({"seeds": only} if only is not None else {}))
-
-
-def parse_trial(raw: Any) -> TrialSpec:
-    """The ``trial`` block of a sweep or a study file: what one trial reserves, each field
-    checked (a study's trials are a sweep's)."""
-    return TrialSpec(**take_fields(raw, "trial", tuple(TrialSpec.__dataclass_fields__)))
-
-
-def load_sweep(
-    path: str | Path, overrides: list[str] | None = None, scale: str | None = None
-) -> SweepSpec:
-    """Read a sweep file, apply a named scale and ``a.b=value`` overrides (dotted from the
-    file's root), and validate it."""
-    return parse_sweep(read_file(path, overrides, scale, "sweep file"), str(path))

@@ -44,14 +44,18 @@ from ..results.storage import Storage, display
 from . import study_select
 from . import trials as table
 from .launch import final_points as launch_points
+from .parse import arm_points
 from .pipeline import Experiment, Plan, run_experiment
 from .reeval import gap_line, run_stage, selection_gaps
-from .spec import SweepSpec
-from .study_spec import Arm, StudySpec, arm_points, is_study, load_study, parse_study
+from .spec import ExperimentSpec, WorkloadSpec
 
 
 def _metadata(
-    spec: StudySpec, started: str, wall: float | None, status: str, attempts: list | None = None
+    spec: ExperimentSpec,
+    started: str,
+    wall: float | None,
+    status: str,
+    attempts: list | None = None,
 ) -> dict:
     return {
         "name": spec.name,
@@ -92,10 +96,12 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def run_study(spec: StudySpec, **options: Any) -> pd.DataFrame:
+def run_study(spec: ExperimentSpec, **options: Any) -> pd.DataFrame:
     """Search (unless ``final_only``: the search's runs must be in the results), select and
     rerun every arm on every workload — the pipeline (:func:`.pipeline.run_experiment`, which
     names the ``options``) over each workload; returns the final-stage runs."""
+    if spec.kind != "study":
+        raise UserError(f"{spec.name!r} is a sweep file; run it with run_sweep")
     outcomes = run_experiment(StudyExperiment(spec), **options)
     finals = [f for _, _, f in outcomes if f is not None]
     return pd.concat(finals, ignore_index=True) if finals else pd.DataFrame()
@@ -108,20 +114,14 @@ class StudyExperiment(Experiment):
 
     what = "study"
 
-    def __init__(self, spec: StudySpec):
+    def __init__(self, spec: ExperimentSpec):
         self.spec = spec
         self.choices: dict[str, Any] = {}
         self.gaps: dict[str, Any] = {}
 
-    def address(self, given: str | None) -> str | None:
-        return given
-
     def started(self, final_only: bool) -> bool:
         self.old = read_metadata(self.spec.results_dir)
         return self.old is not None
-
-    def workload_specs(self) -> list[SweepSpec]:
-        return [self.spec.sweep_spec(w) for w in self.spec.workloads]
 
     def opened(self, final_only: bool) -> None:
         old = self.old or {}
@@ -191,7 +191,7 @@ class StudyPlan(Plan):
     def __init__(self, exp: StudyExperiment, w: str):
         study = exp.spec
         self.exp, self.study, self.w = exp, study, w
-        self.spec = study.sweep_spec(w)
+        self.spec = study.workload(w)
         self.points = [dict(p, label=a.name) for a in study.arms for p in arm_points(study, a)]
 
     def search(self, run) -> pd.DataFrame:
@@ -241,7 +241,7 @@ class StudyPlan(Plan):
             say(f"[{self.w}] {gap_line(arm, gap)}")
 
 
-def _search(spec: StudySpec, sweep: SweepSpec, points: list, run, w: str):
+def _search(spec: ExperimentSpec, sweep: WorkloadSpec, points: list, run, w: str):
     """The workload's validation-only search stage: every arm's points, each arm's budget;
     its Tune results."""
     per_round = sweep.run_config().fl.clients_per_round
@@ -260,7 +260,9 @@ def _search(spec: StudySpec, sweep: SweepSpec, points: list, run, w: str):
     )
 
 
-def _finished_search(spec: StudySpec, sweep: SweepSpec, points: list, w: str) -> pd.DataFrame:
+def _finished_search(
+    spec: ExperimentSpec, sweep: WorkloadSpec, points: list, w: str
+) -> pd.DataFrame:
     """``--final``: the workload's search trials as its runs table records them; a search that
     has no finished run there is the user's error."""
     trials = _trials(spec, sweep, points)
@@ -273,7 +275,7 @@ def _finished_search(spec: StudySpec, sweep: SweepSpec, points: list, w: str) ->
 
 
 def _chosen_lines(
-    spec: StudySpec,
+    spec: ExperimentSpec,
     chosen: dict[str, dict[str, Any]],
     unable: dict[str, list[str]] | None = None,
     limits: dict[str, float] | None = None,
@@ -295,7 +297,7 @@ def _chosen_lines(
     return lines
 
 
-def final_labels(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> dict[tuple, str]:
+def final_labels(spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]) -> dict[tuple, str]:
     """(arm, objective) -> the label its configuration's final runs carry: the arm for
     ``val_acc``, ``ARM@OBJECTIVE`` otherwise (``ARM@up10`` for an uplink level); a
     configuration chosen by several objectives runs once, under the first one's label."""
@@ -308,7 +310,7 @@ def final_labels(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> dict[tup
     return out
 
 
-def final_points(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+def final_points(spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     """The final stage's runs (:func:`.launch.final_points`): each arm's selected
     configurations under the labels of :func:`final_labels`, each configuration once."""
     configs, labels = [], final_labels(spec, chosen)
@@ -321,7 +323,7 @@ def final_points(spec: StudySpec, chosen: dict[str, dict[str, Any]]) -> list[dic
     return launch_points(configs, spec.final_seeds)
 
 
-def choices_record(spec: StudySpec, chosen, unable, limits) -> dict[str, Any]:
+def choices_record(spec: ExperimentSpec, chosen, unable, limits) -> dict[str, Any]:
     """What study.json keeps of a workload's selection: per arm and objective the chosen
     configuration, its search values and its final runs' label; the levels an arm cannot
     reach; each level's uplink limit in bytes."""
@@ -343,8 +345,8 @@ def choices_record(spec: StudySpec, chosen, unable, limits) -> dict[str, Any]:
 
 
 def _trials(
-    spec: StudySpec,
-    sweep: SweepSpec,
+    spec: ExperimentSpec,
+    sweep: WorkloadSpec,
     points: list[dict[str, Any]],
     stage: str = "search",
     results=None,
@@ -360,7 +362,7 @@ def _trials(
     )
 
 
-def _search_args(spec: StudySpec, sweep: SweepSpec, points: list, per_round: int) -> dict:
+def _search_args(spec: ExperimentSpec, sweep: WorkloadSpec, points: list, per_round: int) -> dict:
     """How Tune gets the search's points: a plain grid, or (with a scheduler or a client-round
     budget) :class:`.study_search.ArmPoints` with a scheduler per arm and a budget per arm."""
     s = sweep.search
@@ -393,13 +395,4 @@ def _num(v: Any) -> float | None:
     return None if v is None or pd.isna(v) else float(v)
 
 
-__all__ = [
-    "Arm",
-    "StudySpec",
-    "arm_points",
-    "is_study",
-    "load_study",
-    "parse_study",
-    "read_metadata",
-    "run_study",
-]
+__all__ = ["StudyExperiment", "run_study"]

@@ -1,5 +1,5 @@
 """A study's search with early stopping and an equal budget per arm (design: Validation-only
-search): every arm's configurations are drawn up front (:func:`.study_spec.arm_points`); Tune
+search): every arm's configurations are drawn up front (:func:`.parse.arm_points`); Tune
 runs them arm by arm through :class:`ArmPoints`, which stops offering an arm's points once the
 search's ledger (:class:`.budget.ClientRoundBudget`, also its stopper) says the arm has spent
 ``budget.client_rounds``; :class:`PerArm` gives every arm its own ASHA or HyperBand, so an arm's
@@ -61,7 +61,7 @@ def uplink_bin(levels: tuple[float, ...], result: dict[str, Any]) -> str:
     """The uplink level a trial's result falls in so far: the smallest level at least its
     cumulative restricted uplink as a fraction of the dense reference (1 − saving), or
     ``above`` (the study's level names: ``up10`` …)."""
-    from .study_spec import level_name
+    from .spec import level_name
 
     fraction = 1.0 - float(result.get("cum_saving_restricted") or 0.0)
     return next((level_name(v) for v in levels if fraction <= v + 1e-12), "above")

@@ -16,10 +16,10 @@ import pandas as pd
 
 from . import selection
 from .selection import choose, eligible
-from .study_spec import StudySpec
+from .spec import ExperimentSpec
 
 
-def select(trials: pd.DataFrame, spec: StudySpec) -> dict[str, dict[str, Any]]:
+def select(trials: pd.DataFrame, spec: ExperimentSpec) -> dict[str, dict[str, Any]]:
     """arm -> {objective: trials row} chosen on validation metrics only (:mod:`.selection`'s
     rule over ``sel_val`` and ``sel_saving``; with robust selection, candidates only), the
     retention bar set by the reference arm's best."""
@@ -32,14 +32,14 @@ def select(trials: pd.DataFrame, spec: StudySpec) -> dict[str, dict[str, Any]]:
     return {arm: {o: rows.iloc[0] for o, rows in got[arm].items()} for arm in arms}
 
 
-def _bar(rows: pd.DataFrame, spec: StudySpec, column: str) -> float | None:
+def _bar(rows: pd.DataFrame, spec: ExperimentSpec, column: str) -> float | None:
     """The retention bar: ``retention`` × the reference arm's best (None without one)."""
     ref = rows[rows["arm"] == spec.retention_reference][column]
     return spec.retention * float(ref.max()) if len(ref) else None
 
 
 def select_levels(
-    trials: pd.DataFrame, spec: StudySpec, chosen: dict[str, dict[str, Any]]
+    trials: pd.DataFrame, spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]
 ) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]], dict[str, float]]:
     """Selection at matched uplink (``uplink_levels``): per arm and level, the finished search
     configuration with the best validation accuracy (search seed; earliest drawn on a tie)
@@ -76,7 +76,7 @@ def select_levels(
     return picked, unable, limits
 
 
-def candidates(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
+def candidates(trials: pd.DataFrame, spec: ExperimentSpec) -> pd.DataFrame:
     """Per arm, the search rows robust selection re-evaluates: the best ``reeval_top`` by each
     objective on the search seed (:func:`.selection.candidates`)."""
     ok = eligible(trials)
@@ -84,13 +84,13 @@ def candidates(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
     return selection.candidates(trials, spec.objectives, bar, spec.search.reeval_top)
 
 
-def selection_values(trials: pd.DataFrame, spec: StudySpec) -> pd.DataFrame:
+def selection_values(trials: pd.DataFrame, spec: ExperimentSpec) -> pd.DataFrame:
     """``sel_val`` / ``sel_saving`` / ``selection_mean`` per search row
     (:func:`.selection.values` over the study's re-evaluation seeds)."""
     return selection.values(trials, spec.search.reeval_seeds)
 
 
-def budget_lines(trials: pd.DataFrame, spec: StudySpec, budget: int) -> list[str]:
+def budget_lines(trials: pd.DataFrame, spec: ExperimentSpec, budget: int) -> list[str]:
     """Per arm: configurations tried, how many a scheduler or the budget stopped, client-rounds
     spent by the search and by robust selection, against the budget."""
     lines = []

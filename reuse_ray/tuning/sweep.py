@@ -28,7 +28,7 @@ from . import trials as table
 from .launch import Launcher, derive_concurrency
 from .pipeline import Experiment, Plan, run_experiment
 from .spaces import load_space
-from .spec import SweepSpec
+from .spec import ExperimentSpec, WorkloadSpec
 from .trials import pareto_front, trials_file
 
 
@@ -40,7 +40,7 @@ class SweepOutcome:
     final_runs: pd.DataFrame | None
 
 
-def make_searcher(spec: SweepSpec, concurrency: int = 0):
+def make_searcher(spec: WorkloadSpec, concurrency: int = 0):
     """(search_alg, tune_metric, tune_mode, param_space) for the sweep's searcher."""
     from ray import tune
     from ray.tune.search.basic_variant import BasicVariantGenerator
@@ -68,7 +68,7 @@ def make_searcher(spec: SweepSpec, concurrency: int = 0):
     return alg, None, None, None
 
 
-def make_scheduler(spec: SweepSpec, metric: str | None):
+def make_scheduler(spec: WorkloadSpec, metric: str | None):
     """The search's trial scheduler (None for ``scheduler: none``): :class:`.study_search.
     MakeScheduler`'s, ranking on the searcher's metric where the Tune config names one (grid),
     else on the objective."""
@@ -82,7 +82,7 @@ def make_scheduler(spec: SweepSpec, metric: str | None):
     return make()
 
 
-def _reference_val(spec: SweepSpec, say) -> float | None:
+def _reference_val(spec: WorkloadSpec, say) -> float | None:
     """The retention objective's reference: validation accuracy of the reference run."""
     if spec.search.objective != "retention":
         return None
@@ -106,7 +106,7 @@ def _pareto(df: pd.DataFrame, top: int) -> pd.DataFrame:
     return ok.sort_values(["val_acc", "cum_up_restricted"], ascending=[False, True]).head(top)
 
 
-def _bar(spec: SweepSpec, trials: pd.DataFrame) -> float | None:
+def _bar(spec: WorkloadSpec, trials: pd.DataFrame) -> float | None:
     """The retention objective's bar: ``search.retention`` × the reference run's validation
     accuracy, as the trials table recorded it (also for ``--final``)."""
     if spec.search.objective != "retention" or "reference_val_acc" not in trials:
@@ -115,37 +115,32 @@ def _bar(spec: SweepSpec, trials: pd.DataFrame) -> float | None:
     return spec.search.retention * float(ref.iloc[0]) if len(ref) and ref.iloc[0] > 0 else None
 
 
-def run_sweep(spec: SweepSpec, **options: Any) -> SweepOutcome:
+def run_sweep(spec: ExperimentSpec, **options: Any) -> SweepOutcome:
     """Search (unless ``final_only``), write the trials table, then the final stage: the
     pipeline (:func:`.pipeline.run_experiment`, which names the ``options``) over the sweep's
     one workload."""
+    if spec.kind != "sweep":
+        raise UserError(f"{spec.name!r} is a study file; run it with run_study")
     exp = Sweep(spec)
     [(chosen, trials, final_runs)] = run_experiment(exp, **options)
     selected = [json.loads(p) for p in chosen["params_json"]]
     return SweepOutcome(exp.spec.results_dir, trials, selected, final_runs)
 
 
-class Sweep(Experiment, Plan):
-    """A sweep file as the pipeline runs it: one workload (its plan is itself) whose searched
-    arm — or unsearched grid — is chosen from, then rerun with the final stage's references;
-    no record of its own."""
+class Sweep(Experiment):
+    """A sweep file as the pipeline runs it: one workload (:class:`SweepPlan`); no record of
+    its own."""
 
     what = "sweep"
 
-    def __init__(self, spec: SweepSpec):
-        self.spec, self.reference = spec, None
-
-    def address(self, given: str | None) -> str | None:
-        return given or (self.spec.base.get("engine") or {}).get("ray_address")
+    def __init__(self, spec: ExperimentSpec):
+        self.spec = spec
 
     def started(self, final_only: bool) -> bool:
         # its Tune experiments are there, or (a copied folder) its trials table
         store, name = Storage.of(self.spec.results_dir), self.spec.name
         started = any(store.is_dir("_tune", f"{name}-{s}") for s in ("search", "final"))
         return started or store.is_file(trials_file(name))
-
-    def workload_specs(self) -> list[SweepSpec]:
-        return [self.spec]
 
     def header(self, run: Launcher, resources: dict[str, float]) -> str:
         s = self.spec
@@ -159,10 +154,18 @@ class Sweep(Experiment, Plan):
         )
 
     def plans(self):
-        yield self
+        yield SweepPlan(self.spec)
 
     def finished(self, outcomes: list, say) -> None:
         say(f"Parquet: {display(self.spec.results_dir)}  (pandas.read_parquet(DIR/'rounds'))")
+
+
+class SweepPlan(Plan):
+    """A sweep's one workload: its searched arm — or unsearched grid — is chosen from, then
+    rerun with the final stage's references (its unsearched arms)."""
+
+    def __init__(self, exp: ExperimentSpec):
+        self.exp, self.spec, self.reference = exp, exp.workload(exp.name), None
 
     def search(self, run: Launcher) -> pd.DataFrame:
         if self.spec.search.searcher == "none":
@@ -179,7 +182,8 @@ class Sweep(Experiment, Plan):
         return Storage.of(self.spec.results_dir).is_file(trials_file(self.spec.name))
 
     def choose(self, run: Launcher, trials: pd.DataFrame):
-        chosen, trials = _choose(self.spec, run, trials, self.reference)
+        top = self.exp.final.top if self.exp.final else 1
+        chosen, trials = _choose(self.spec, top, run, trials, self.reference)
         trials["selected"] = trials["run_id"].isin(chosen["run_id"])
         return chosen, trials
 
@@ -187,13 +191,13 @@ class Sweep(Experiment, Plan):
         _say_choice(self.spec, chosen, trials, say)
 
     def finals(self, chosen) -> list[dict[str, Any]]:
-        if self.spec.final is None or not len(chosen):
+        if self.exp.final is None or not len(chosen):
             return []
-        return final_points(self.spec, [json.loads(p) for p in chosen["params_json"]])
+        return final_points(self.exp, [json.loads(p) for p in chosen["params_json"]])
 
     def final_line(self, n: int) -> str:
         return (
-            f"final stage: {n} runs on fresh seeds {list(self.spec.final.seeds)}, "
+            f"final stage: {n} runs on fresh seeds {list(self.exp.final.seeds)}, "
             "test split read once at the final round"
         )
 
@@ -210,7 +214,7 @@ class Sweep(Experiment, Plan):
             )
 
 
-def _protocol_trials(spec: SweepSpec) -> pd.DataFrame:
+def _protocol_trials(spec: WorkloadSpec) -> pd.DataFrame:
     """Searcher ``none``: every grid combination, unsearched, goes to the final stage."""
     keys = list(spec.search.grid)
     combos = [
@@ -228,7 +232,7 @@ def _protocol_trials(spec: SweepSpec) -> pd.DataFrame:
 
 
 def search_trials(
-    spec: SweepSpec, results, reference, stage: str = "search", points=None
+    spec: WorkloadSpec, results, reference, stage: str = "search", points=None
 ) -> pd.DataFrame:
     """One row per trial of a sweep stage (``search``: per Tune result; ``reeval``: per point),
     scored by the sweep's objective."""
@@ -242,7 +246,7 @@ def search_trials(
     return table.score(rows, spec, reference)
 
 
-def _finished_search(spec: SweepSpec) -> pd.DataFrame:
+def _finished_search(spec: WorkloadSpec) -> pd.DataFrame:
     """``--final``: the trials table an earlier search wrote."""
     store = Storage.of(spec.results_dir)
     if not store.is_file(trials_file(spec.name)):
@@ -253,7 +257,7 @@ def _finished_search(spec: SweepSpec) -> pd.DataFrame:
     return trials[trials["stage"].ne("reeval")].reset_index(drop=True)
 
 
-def _search(spec: SweepSpec, run: Launcher, reference: float | None) -> pd.DataFrame:
+def _search(spec: WorkloadSpec, run: Launcher, reference: float | None) -> pd.DataFrame:
     """The validation-only search stage (early-ending under its scheduler and client-round
     budget, if any); its trials table."""
     # HyperBand's brackets need every trial at once (launch._synchronous)
@@ -291,13 +295,13 @@ def _search(spec: SweepSpec, run: Launcher, reference: float | None) -> pd.DataF
 
 
 def _choose(
-    spec: SweepSpec, run: Launcher, trials: pd.DataFrame, reference: float | None
+    spec: WorkloadSpec, top: int, run: Launcher, trials: pd.DataFrame, reference: float | None
 ) -> tuple[pd.DataFrame, pd.DataFrame]:
     """(the configurations the final stage reruns, the trials table): every protocol point;
     the Pareto front; else the best by :mod:`.selection`'s rule (the searcher's objective,
     with a fallback below the retention bar), after re-evaluation on further search seeds if
     asked."""
-    s, top = spec.search, spec.final.top if spec.final else 1
+    s = spec.search
     if s.searcher == "none":
         return trials, trials
     if s.objective == "pareto":
@@ -318,7 +322,7 @@ def _choose(
     return chosen.drop(columns=drop), values.drop(columns=drop)
 
 
-def _say_choice(spec: SweepSpec, chosen, trials, say) -> None:
+def _say_choice(spec: WorkloadSpec, chosen, trials, say) -> None:
     """The console's line on what was chosen; no finished trial is the user's error, with every
     trial's error listed."""
     trials_path = join(spec.results_dir, trials_file(spec.name))
@@ -344,12 +348,12 @@ def _say_choice(spec: SweepSpec, chosen, trials, say) -> None:
     )
 
 
-def final_points(spec: SweepSpec, selected: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def final_points(spec: ExperimentSpec, selected: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The final stage's runs (:func:`.launch.final_points`): the selected configurations,
-    ``selected-<j>``, then the references (a long sweep finishes its answer before its
-    controls)."""
+    ``selected-<j>``, then the references, the unsearched arms (a long sweep finishes its
+    answer before its controls)."""
     configs = [(f"selected-{j}", params) for j, params in enumerate(selected)]
-    return launch.final_points(configs, spec.final.seeds, spec.final.compare)
+    return launch.final_points(configs, spec.final.seeds, spec.compare)
 
 
 __all__ = ["SweepOutcome", "derive_concurrency", "pareto_front", "run_sweep"]

@@ -22,7 +22,7 @@ from ..engine import RunHooks
 from ..errors import UserError
 from ..results.writer import RunWriter
 from ..runner import make_backend
-from .spec import SweepSpec
+from .spec import WorkloadSpec
 
 STATE_FILE = "run_state.pt"  # reuse_ray.checkpoint: data only, never unpickled as code
 # what a checkpoint Tune asks for before the run's first checkpoint round holds instead: the
@@ -54,7 +54,7 @@ def objective_value(
 
 
 def trial_metrics(
-    spec: SweepSpec,
+    spec: WorkloadSpec,
     row: dict[str, Any],
     val_acc: float | None,
     reference: float | None,
@@ -86,7 +86,7 @@ def trial_metrics(
     }
 
 
-def last_evaluation_round(spec: SweepSpec, t: int) -> int:
+def last_evaluation_round(spec: WorkloadSpec, t: int) -> int:
     """The last round ≤ t whose validation a run has: 1, multiples of ``fl.eval_every``, T."""
     fl = spec.run_config().fl
     if t <= 0:
@@ -110,7 +110,7 @@ class FLTrainable(tune.Trainable):
     def setup(
         self,
         config: dict[str, Any],
-        spec: SweepSpec,
+        spec: WorkloadSpec,
         stage: str = "search",
         reference_val: float | None = None,
         verbose: int = 0,
@@ -246,7 +246,7 @@ def kept_run(cfg, stage: str, label: str | None) -> dict | None:
     return None
 
 
-def _without_a_run(spec: SweepSpec, stage: str, cfg, label, reference_val) -> dict | None:
+def _without_a_run(spec: WorkloadSpec, stage: str, cfg, label, reference_val) -> dict | None:
     """The result of a trial that needs no run: its run finished here before
     (:func:`kept_run`)."""
     kept = kept_run(cfg, stage, label)
@@ -258,7 +258,7 @@ def _without_a_run(spec: SweepSpec, stage: str, cfg, label, reference_val) -> di
     )
 
 
-def trial_hooks(spec: SweepSpec, stage: str, trial_id: str | None, label: str | None, **more):
+def trial_hooks(spec: WorkloadSpec, stage: str, trial_id: str | None, label: str | None, **more):
     """How one of the stage's runs is embedded: its stage, sweep, trial and label recorded,
     the test split read only in the final stage, and a repeated identical trial recomputing
     the same rows to replace them (``force``); ``more``: further RunHooks fields."""
@@ -273,7 +273,7 @@ def trial_hooks(spec: SweepSpec, stage: str, trial_id: str | None, label: str | 
     )
 
 
-def trial_backend(spec: SweepSpec, cfg, name: str):
+def trial_backend(spec: WorkloadSpec, cfg, name: str):
     """The backend of one of the sweep's runs, as its trials get it: on the Ray engine a pool
     of ``trial.workers`` workers sized from the trial's own bundles, its actors named
     ``<run_id>/<name>`` in the sweep's namespace."""

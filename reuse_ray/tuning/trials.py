@@ -21,7 +21,7 @@ from ..results import read_table, rows_to_table
 from ..results.storage import Storage, join
 
 if TYPE_CHECKING:
-    from .spec import SweepSpec
+    from .spec import WorkloadSpec
 
 
 def trial_row(
@@ -143,7 +143,7 @@ def _entry(point: dict[str, Any], seeded: bool, result=None, index: int | None =
 
 
 def build(
-    spec: SweepSpec,
+    spec: WorkloadSpec,
     stage: str,
     trials: list[Entry],
     *,
@@ -186,14 +186,14 @@ def build(
     return pd.DataFrame(rows)
 
 
-def _run_id(spec: SweepSpec, params: dict[str, Any], seed: int | None) -> str | None:
+def _run_id(spec: WorkloadSpec, params: dict[str, Any], seed: int | None) -> str | None:
     try:
         return spec.run_config(params if seed is None else {**params, "seed": seed}).run_id
     except Exception:  # noqa: BLE001 - a bad parameter combination is reported as an error
         return None
 
 
-def score(df: pd.DataFrame, spec: SweepSpec, reference: float | None) -> pd.DataFrame:
+def score(df: pd.DataFrame, spec: WorkloadSpec, reference: float | None) -> pd.DataFrame:
     """A sweep's rows with the searcher's objective value (``reference``: the retention
     objective's reference accuracy) and Pareto membership over the finished rows."""
     from .trainable import objective_value

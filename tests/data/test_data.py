@@ -267,10 +267,11 @@ def test_a_training_subset_is_fixed_stratified_and_only_its_own_run_id_changes(t
     # and the shipped paper runs keep theirs: a sweep started over them finds them finished
     from pathlib import Path
 
-    from reuse_ray.tuning import load_sweep
+    from reuse_ray.tuning import load_spec
 
     root = Path(__file__).resolve().parents[2]
-    spec = load_sweep(root / "sweeps/paper_fashionmnist.yaml", ["base.engine.channels_last=true"])
+    spec = load_spec(root / "sweeps/paper_fashionmnist.yaml", ["base.engine.channels_last=true"])
+    spec = spec.workload(spec.name)
     run_id = spec.run_config({"method.name": "fedavg", "seed": 101}).run_id
     shipped = root / "results/paper_fashionmnist/runs/method=fedavg" / f"{run_id}.parquet"
     assert shipped.is_file(), run_id

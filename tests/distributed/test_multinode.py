@@ -20,7 +20,7 @@ from reuse_ray.distributed import RayBackend
 from reuse_ray.results import TIMING_COLUMNS, read_table
 from reuse_ray.results.reader import read_table_if_any
 from reuse_ray.runner import run_fl
-from reuse_ray.tuning import parse_sweep, run_sweep
+from reuse_ray.tuning import parse_experiment, run_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -74,7 +74,7 @@ def _node_ids(nodes) -> set[str]:
 
 def test_a_sweep_places_trials_on_both_worker_nodes(cluster, tmp_path):
     _, nodes = cluster
-    spec = parse_sweep(_sweep(tmp_path, "spread", samples=4, rounds=2))
+    spec = parse_experiment(_sweep(tmp_path, "spread", samples=4, rounds=2))
     out = run_sweep(spec, say=lambda m: None)
     assert len(out.trials) == 4 and out.trials["status"].eq("finished").all()
     runs = read_table(spec.results_dir, "runs")
@@ -117,7 +117,7 @@ def test_one_runs_client_workers_span_nodes_and_change_no_number(cluster, tmp_pa
 def test_removing_a_worker_node_mid_sweep_loses_and_duplicates_no_row(cluster, tmp_path):
     c, nodes = cluster
     rounds = 8
-    spec = parse_sweep(_sweep(tmp_path, "removal", samples=4, rounds=rounds))
+    spec = parse_experiment(_sweep(tmp_path, "removal", samples=4, rounds=rounds))
     victim = nodes[1]
     removed = threading.Event()
 

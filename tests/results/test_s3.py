@@ -20,7 +20,7 @@ import ray
 from conftest import free_port
 
 from reuse_ray.results import read_table
-from reuse_ray.tuning import load_sweep, run_sweep
+from reuse_ray.tuning import load_spec, run_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -102,7 +102,7 @@ def _fs(endpoint):
 def test_a_quickstart_sweep_round_trips_through_s3(s3, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     uri = f"s3://bucket/qs?endpoint_override={s3}&scheme=http"
-    spec = load_sweep(
+    spec = load_spec(
         "/".join([os.path.dirname(__file__), "../../sweeps/quickstart.yaml"]),
         [*SMALL, f"results_dir={uri}"],
     )

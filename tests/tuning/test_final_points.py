@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from reuse_ray.tuning.spec import load_sweep
+from reuse_ray.tuning.parse import load_spec
 from reuse_ray.tuning.sweep import final_points
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_paper_sweep_runs_its_answer_first_and_its_controls_on_their_seeds():
-    spec = load_sweep(ROOT / "sweeps" / "paper_fashionmnist.yaml")
+    spec = load_spec(ROOT / "sweeps" / "paper_fashionmnist.yaml")
     selected = [{"dg.tau0": 0.5}, {"dg.tau0": 0.7}]
     pts = final_points(spec, selected)
     assert pts[:6] == [
@@ -40,10 +40,10 @@ def test_the_paper_sweep_runs_its_answer_first_and_its_controls_on_their_seeds()
 
 
 def test_a_study_runs_each_chosen_configuration_once_per_final_seed():
+    from reuse_ray.tuning.parse import load_spec
     from reuse_ray.tuning.study import final_points as study_points
-    from reuse_ray.tuning.study_spec import load_study
 
-    spec = load_study(ROOT / "sweeps" / "study.yaml", scale="small")
+    spec = load_spec(ROOT / "sweeps" / "study.yaml", scale="small")
     same = {"params_json": '{"train.lr": 0.1}'}
     chosen = {
         "fedavg": {"val_acc": same, "retention": same},  # one configuration serves both

@@ -13,7 +13,7 @@ import ray
 from reuse_ray.config import ConfigError
 from reuse_ray.results import TIMING_COLUMNS, read_table
 from reuse_ray.runner import run_fl
-from reuse_ray.tuning import parse_sweep, run_sweep
+from reuse_ray.tuning import parse_experiment, run_sweep
 
 pytestmark = [pytest.mark.ray, pytest.mark.slow]
 
@@ -59,7 +59,7 @@ def ray_runtime():
 )
 def test_bad_scheduler_settings_name_the_field(tmp_path, search, field, fragment):
     with pytest.raises(ConfigError) as exc:
-        parse_sweep(sweep(tmp_path, **search))
+        parse_experiment(sweep(tmp_path, **search))
     assert exc.value.field == field and fragment in str(exc.value)
 
 
@@ -70,7 +70,7 @@ def _metrics(df: pd.DataFrame) -> pd.DataFrame:
 
 def test_asha_stops_weak_trials_and_their_rows_are_prefixes_of_full_runs(tmp_path):
     lines: list[str] = []
-    spec = parse_sweep(sweep(tmp_path, scheduler="asha", grace_period=1, reduction_factor=2))
+    spec = parse_experiment(sweep(tmp_path, scheduler="asha", grace_period=1, reduction_factor=2))
     run_sweep(spec, say=lines.append)
     trials = read_table(spec.results_dir, "trials")
     runs = read_table(spec.results_dir, "runs").set_index("run_id")
@@ -87,7 +87,7 @@ def test_asha_stops_weak_trials_and_their_rows_are_prefixes_of_full_runs(tmp_pat
     events = read_table(spec.results_dir, "client_events")
     for _, trial in stopped.iterrows():
         # the same configuration run to the end, alone: the stopped trial's rows are its prefix
-        cfg = spec.run_config(json.loads(trial["params_json"]))
+        cfg = spec.workload(spec.name).run_config(json.loads(trial["params_json"]))
         cfg = cfg.replace(results_dir=str(tmp_path / "full" / trial["run_id"]))
         cfg = cfg.replace(engine=cfg.engine.__class__(backend="local"))
         assert cfg.run_id == trial["run_id"]
@@ -110,8 +110,8 @@ def test_a_client_round_budget_ends_the_search_and_asha_buys_more_configurations
     # 6 rounds x 4 clients a round: a full trial costs 24 client-rounds; the budget is two
     budget = 48
     grid = {"train.lr": LRS}  # 6 configurations on offer, 144 client-rounds in full
-    plain = parse_sweep(sweep(tmp_path / "plain", grid=grid, client_rounds=budget))
-    asha = parse_sweep(
+    plain = parse_experiment(sweep(tmp_path / "plain", grid=grid, client_rounds=budget))
+    asha = parse_experiment(
         sweep(
             tmp_path / "asha",
             grid=grid,
@@ -170,10 +170,10 @@ def _study(tmp_path, budget: int) -> dict:
 
 
 def test_a_study_gives_every_arm_its_own_budget_and_scheduler_and_selects_robustly(tmp_path):
-    from reuse_ray.tuning.study import parse_study, run_study
+    from reuse_ray.tuning import parse_experiment, run_study
 
     budget = 2 * 24  # two full runs' worth per arm (6 rounds x 4 clients)
-    spec = parse_study(_study(tmp_path, budget))
+    spec = parse_experiment(_study(tmp_path, budget))
     said: list[str] = []
     run_study(spec, say=said.append)
     out = spec.results_dir
@@ -218,7 +218,7 @@ def test_hyperband_pauses_trials_and_a_resumed_one_equals_an_uninterrupted_run(t
     raw = sweep(tmp_path, scheduler="hyperband", reduction_factor=3)
     raw["search"]["grid"] = {"train.lr": lrs}
     raw["checkpoint_every"] = 1
-    spec = parse_sweep(raw)
+    spec = parse_experiment(raw)
     run_sweep(spec, say=lambda line: None)
     trials = read_table(spec.results_dir, "trials")
     runs = read_table(spec.results_dir, "runs").set_index("run_id")
@@ -229,7 +229,8 @@ def test_hyperband_pauses_trials_and_a_resumed_one_equals_an_uninterrupted_run(t
     rounds = read_table(spec.results_dir, "rounds")
     for run_id in done.loc[resumed.to_numpy(), "run_id"]:
         params = json.loads(trials.set_index("run_id").loc[run_id, "params_json"])
-        cfg = spec.run_config(params).replace(results_dir=str(tmp_path / "alone" / run_id))
+        cfg = spec.workload(spec.name).run_config(params)
+        cfg = cfg.replace(results_dir=str(tmp_path / "alone" / run_id))
         cfg = cfg.replace(engine=cfg.engine.__class__(backend="local"))
         run_fl(cfg)
         alone = read_table(cfg.results_dir, "rounds")

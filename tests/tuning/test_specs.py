@@ -71,3 +71,56 @@ def test_one_loader_reads_either_kind_of_file(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_experiment("sweeps/quickstart.yaml", scale="huge")
     assert err.value.field == "--scale"
+
+
+def test_both_kinds_of_file_parse_into_one_spec_of_workloads_and_arms():
+    """A sweep file is shorthand for one workload (its base) and one searched arm, its
+    ``final.compare`` entries unsearched arms on the seeds they name; a study file names its
+    workloads and arms. Each stage launches with one workload's view of the one spec."""
+    from reuse_ray.tuning import ExperimentSpec, load_spec
+
+    sweep = load_spec("sweeps/paper_fashionmnist.yaml")
+    study = load_spec("sweeps/study.yaml", scale="small")
+    assert type(sweep) is type(study) is ExperimentSpec
+    assert (sweep.kind, study.kind) == ("sweep", "study")
+    assert list(sweep.workloads) == [sweep.name]
+    searched = [a.name for a in sweep.arms if a.searched]
+    assert searched == ["selected"] and sweep.arms[0].space == sweep.search.space
+    refs = [(a.name, a.seeds) for a in sweep.arms if not a.searched]
+    assert refs == [("dg_gate_off", (101,)), ("dg_reuse_only", (101,))]
+    assert sweep.compare[0] == {
+        "method.name": "dg_fedreuse",
+        "method.dg.gate": "off",
+        "label": "dg_gate_off",
+        "seeds": [101],
+    }
+    assert sweep.workload(sweep.name).name == sweep.name  # its Tune experiments, trials table
+    assert list(study.workloads) == ["digits", "fashionmnist"]
+    assert all(a.searched for a in study.arms) and study.arms[0].name == "fedavg"
+    view = study.workload("digits")
+    assert view.name == "study-digits" and view.base == study.workloads["digits"]
+    assert view.run_config().fl.rounds == 3  # the small scale's digits workload
+
+
+def test_a_file_of_an_unknown_kind_is_named():
+    from reuse_ray.tuning import parse_experiment
+
+    with pytest.raises(ConfigError) as err:
+        parse_experiment({"kind": "stduy", "name": "x"})
+    assert err.value.field == "kind" and "sweep, study" in str(err.value)
+
+
+def test_a_budget_is_per_workload_in_the_one_spec(tmp_path):
+    """A sweep's ``search.client_rounds`` and a study's ``budget.client_rounds`` (one number, or
+    one per workload) are each workload's search budget."""
+    from reuse_ray.tuning import load_spec
+
+    sweep = load_spec("sweeps/quickstart.yaml", ["search.client_rounds=40"])
+    assert sweep.workload(sweep.name).search.client_rounds == 40
+    study = load_spec(
+        "sweeps/study.yaml",
+        ["budget.client_rounds={digits: 40, fashionmnist: 80}"],
+        scale="small",
+    )
+    assert study.workload("digits").search.client_rounds == 40
+    assert study.workload("fashionmnist").search.client_rounds == 80

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from reuse_ray.config import ConfigError
-from reuse_ray.tuning.study import arm_points, load_study, parse_study
+from reuse_ray.tuning.parse import arm_points, load_spec, parse_experiment
 from reuse_ray.tuning.study_select import select, selection_values
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,17 +66,17 @@ def test_bad_study_files_name_the_field(change, field, fragment):
     raw = _raw()
     change(raw)
     with pytest.raises(ConfigError) as err:
-        parse_study(raw)
+        parse_experiment(raw)
     assert err.value.field == field and fragment in str(err.value)
 
 
 def test_an_unknown_scale_is_one_clear_error():
     with pytest.raises(ConfigError, match="allowed: small"):
-        load_study(STUDY, scale="huge")
+        load_spec(STUDY, scale="huge")
 
 
 def test_every_arm_gets_the_same_budget_and_the_same_shared_ranges():
-    spec = parse_study(_raw())
+    spec = parse_experiment(_raw())
     assert len(spec.arms) == 16
     for arm in spec.arms:
         points = arm_points(spec, arm)
@@ -108,7 +108,7 @@ def _one_seed(spec):
 
 
 def test_selection_by_validation_accuracy_and_by_the_retention_rule():
-    spec = _one_seed(parse_study(_raw()))
+    spec = _one_seed(parse_experiment(_raw()))
     trials = _trials(
         [
             ("fedavg", "finished", 0.90, 0.0, "{}"),
@@ -138,7 +138,7 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
     out = tmp_path / "study"
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        spec = load_study(STUDY, [f"results_dir={out}"], scale="small")
+        spec = load_spec(STUDY, [f"results_dir={out}"], scale="small")
         from reuse_ray.tuning.study import run_study
 
         said: list[str] = []
@@ -163,7 +163,7 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
         # --resume or --final where no study was started: one line, nothing run, no folder
         from reuse_ray.errors import UserError
 
-        empty = load_study(STUDY, [f"results_dir={tmp_path / 'none'}"], scale="small")
+        empty = load_spec(STUDY, [f"results_dir={tmp_path / 'none'}"], scale="small")
         with pytest.raises(UserError, match="nothing to resume in .*no study 'study'"):
             run_study(empty, resume=True, say=said.append)
         with pytest.raises(UserError, match="no study 'study'"):
@@ -453,7 +453,7 @@ def test_the_ledger_reads_what_the_runs_table_spent_once_a_search_is_restarted(t
 
 
 def test_robust_selection_chooses_by_the_mean_and_a_failed_rerun_counts_as_the_penalty():
-    spec = parse_study(_raw())  # reeval_top 2 on seed 202
+    spec = parse_experiment(_raw())  # reeval_top 2 on seed 202
     trials = _trials(
         [
             ("fedavg", "finished", 0.90, 0.0, '{"a": 1}'),  # lucky: 0.70 on seed 202
@@ -487,7 +487,7 @@ def test_selection_at_matched_uplink_picks_the_best_within_each_level_and_marks_
     from reuse_ray.tuning.study import choices_record, final_labels, final_points
     from reuse_ray.tuning.study_select import select_levels
 
-    spec = dataclasses.replace(_one_seed(parse_study(_raw())), uplink_levels=(0.1, 0.25, 0.5))
+    spec = dataclasses.replace(_one_seed(parse_experiment(_raw())), uplink_levels=(0.1, 0.25, 0.5))
     rows = [  # arm, status, val_acc, saving, params, uplink bytes
         ("fedavg", "finished", 0.90, 0.0, '{"a": 1}', 1000),
         ("fedavg", "finished", 0.85, 0.0, '{"a": 2}', 1000),
@@ -568,7 +568,7 @@ def test_a_launch_killed_without_a_word_keeps_the_wall_time_spent_before_it(tmp_
 
     from reuse_ray.tuning.study import StudyExperiment
 
-    spec = dataclasses.replace(parse_study(_raw()), results_dir=str(tmp_path))
+    spec = dataclasses.replace(parse_experiment(_raw()), results_dir=str(tmp_path))
     (tmp_path / "study.json").write_text(json.dumps({"status": "interrupted", "wall_s": 1000.0}))
     first = StudyExperiment(spec)
     assert first.started(final_only=True)

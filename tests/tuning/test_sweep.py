@@ -18,7 +18,7 @@ import yaml
 from reuse_ray.config import ConfigError
 from reuse_ray.errors import UserError
 from reuse_ray.results import read_table
-from reuse_ray.tuning import derive_concurrency, pareto_front, parse_sweep, run_sweep
+from reuse_ray.tuning import derive_concurrency, pareto_front, parse_experiment, run_sweep
 
 pytestmark = pytest.mark.ray
 
@@ -78,7 +78,7 @@ def ray_runtime():
 )
 def test_bad_sweep_files_name_the_field(tmp_path, change, field, fragment):
     with pytest.raises(ConfigError) as exc:
-        parse_sweep(sweep(tmp_path, **change))
+        parse_experiment(sweep(tmp_path, **change))
     assert exc.value.field == field and fragment in str(exc.value)
 
 
@@ -88,27 +88,28 @@ def test_every_shipped_sweep_file_validates():
     files = sorted(Path("sweeps").glob("*.yaml"))
     names = {f.stem for f in files}
     assert {"quickstart", "paper_protocol", "topk_grid", "factorial", "dg_search", "study"} <= names
-    from reuse_ray.tuning.study import is_study, load_study
+    from reuse_ray.tuning import load_spec
 
     for f in files:
         raw = yaml.safe_load(f.read_text())
-        if is_study(raw):
-            for scale in (None, *raw.get("scales", {})):
-                load_study(f, scale=scale)
-        else:
-            parse_sweep(raw, str(f))
+        for scale in (None, *raw.get("scales", {})):
+            assert load_spec(f, scale=scale).kind == raw.get("kind", "sweep")
 
 
 def test_concurrency_is_derived_from_resources(tmp_path):
-    spec = parse_sweep(sweep(tmp_path))
+    spec = parse_experiment(sweep(tmp_path))
     assert derive_concurrency(spec, {"CPU": 2.0}) == 2
     assert derive_concurrency(spec, {"CPU": 16.0}) == 16
-    ray_trial = parse_sweep(sweep(tmp_path, trial={"backend": "ray", "cpus": 0.5, "workers": 3}))
+    ray_trial = parse_experiment(
+        sweep(tmp_path, trial={"backend": "ray", "cpus": 0.5, "workers": 3})
+    )
     assert ray_trial.trial.bundles() == [{"CPU": 0.5}, {"CPU": 1.0}, {"CPU": 1.0}, {"CPU": 1.0}]
     assert derive_concurrency(ray_trial, {"CPU": 8.0}) == 2
     with pytest.raises(ValueError, match=r"one trial needs CPU 3.5 \(the cluster has 2\); "):
         derive_concurrency(ray_trial, {"CPU": 2.0, "memory": 1e10, "node:127.0.0.1": 1.0})
-    gpu = parse_sweep(sweep(tmp_path, trial={"backend": "ray", "workers": 2, "gpu_fraction": 0.5}))
+    gpu = parse_experiment(
+        sweep(tmp_path, trial={"backend": "ray", "workers": 2, "gpu_fraction": 0.5})
+    )
     with pytest.raises(ValueError, match=r"needs GPU 1 \(the cluster has 0\);"):
         derive_concurrency(gpu, {"CPU": 2.0})
 
@@ -127,7 +128,7 @@ def test_tpe_search_then_final_stage_validation_only(tmp_path):
     raw = sweep(
         tmp_path, final={"seeds": [71, 72], "top": 1, "compare": [{"method.name": "fedavg"}]}
     )
-    out = run_sweep(parse_sweep(raw), say=lambda m: None)
+    out = run_sweep(parse_experiment(raw), say=lambda m: None)
     trials = read_table(tmp_path / "sweep", "trials")
     assert len(trials) == 3 and trials["status"].eq("finished").all()
     assert trials["selected"].sum() == 1 and trials["searcher"].eq("tpe").all()
@@ -176,7 +177,7 @@ def test_tpe_search_then_final_stage_validation_only(tmp_path):
     assert (tmp_path / "rep2" / "report.html").is_file()
     # rerunning without --resume refuses to overwrite
     with pytest.raises(UserError, match="--resume"):
-        run_sweep(parse_sweep(raw), say=lambda m: None)
+        run_sweep(parse_experiment(raw), say=lambda m: None)
     # a crafted tuner.pkl left group-writable (the final stage's: --resume goes on from the
     # finished search without its Tune state): nothing is unpickled. With every final run
     # finished, --resume has no trial to restore and reads no Tune state; with one final run's
@@ -185,13 +186,13 @@ def test_tpe_search_then_final_stage_validation_only(tmp_path):
     marker = tmp_path / "unpickled"
     state.write_bytes(pickle.dumps(_Payload(marker)))
     state.chmod(0o664)
-    run_sweep(parse_sweep(raw), resume=True, say=lambda m: None)
+    run_sweep(parse_experiment(raw), resume=True, say=lambda m: None)
     assert not marker.exists()
     gone = final["run_id"].iloc[0]
     (row,) = (tmp_path / "sweep" / "runs").rglob(f"{gone}.parquet")
     row.unlink()
     with pytest.raises(UserError, match=r"tuner\.pkl is writable by its group"):
-        run_sweep(parse_sweep(raw), resume=True, say=lambda m: None)
+        run_sweep(parse_experiment(raw), resume=True, say=lambda m: None)
     assert not marker.exists()
 
 
@@ -257,7 +258,7 @@ def test_nsga2_pareto_and_retention_and_grid(tmp_path):
             "seed": 1,
         },
     )
-    run_sweep(parse_sweep(raw), say=lambda m: None)
+    run_sweep(parse_experiment(raw), say=lambda m: None)
     trials = read_table(tmp_path / "mo" / "sweep", "trials")
     front = pareto_front(trials)
     assert trials["on_pareto_front"].tolist() == front.tolist() and front.any()
@@ -274,7 +275,7 @@ def test_nsga2_pareto_and_retention_and_grid(tmp_path):
         },
     )
     raw["base"]["engine"] = {"channels_last": True}  # an engine setting the trials carry
-    run_sweep(parse_sweep(raw), say=lambda m: None)
+    run_sweep(parse_experiment(raw), say=lambda m: None)
     runs = read_table(tmp_path / "ret" / "sweep", "runs")
     # the reference that sets the bar ran with the trials' engine settings
     assert (runs["trial_id"] == "reference").sum() == 1
@@ -296,7 +297,7 @@ def test_nsga2_pareto_and_retention_and_grid(tmp_path):
             "grid": {"method.topk_ratio": [1.0, 0.2], "method.dg.gate": ["off", "proxy"]},
         },
     )
-    run_sweep(parse_sweep(raw), say=lambda m: None)
+    run_sweep(parse_experiment(raw), say=lambda m: None)
     trials = read_table(tmp_path / "grid" / "sweep", "trials")
     combos = sorted(
         (json.loads(p)["method.topk_ratio"], json.loads(p)["method.dg.gate"])
@@ -309,7 +310,7 @@ def test_diverged_trial_is_recorded_and_the_sweep_goes_on(tmp_path):
     raw = sweep(
         tmp_path, search={"searcher": "grid", "num_samples": 1, "grid": {"train.lr": [0.05, 50.0]}}
     )
-    run_sweep(parse_sweep(raw), say=lambda m: None)
+    run_sweep(parse_experiment(raw), say=lambda m: None)
     trials = read_table(tmp_path / "sweep", "trials")
     status = dict(
         zip(
@@ -330,7 +331,7 @@ def test_trial_on_the_ray_engine_reserves_its_workers(tmp_path):
         search={"searcher": "grid", "num_samples": 1, "grid": {"method.dg.gate": ["off"]}},
         trial={"backend": "ray", "cpus": 0.5, "workers": 1},
     )
-    run_sweep(parse_sweep(raw), say=lambda m: None)
+    run_sweep(parse_experiment(raw), say=lambda m: None)
     runs = read_table(tmp_path / "sweep", "runs")
     assert runs.iloc[0]["status"] == "finished" and runs.iloc[0]["backend"] == "ray"
 
@@ -345,7 +346,7 @@ def test_protocol_searcher_none_runs_every_grid_cell_on_the_final_seeds(tmp_path
         final={"seeds": [5]},
     )
     raw["base"]["fl"]["rounds"] = 2
-    run_sweep(parse_sweep(raw), say=lambda m: None)
+    run_sweep(parse_experiment(raw), say=lambda m: None)
     runs = read_table(tmp_path / "sweep", "runs")
     assert len(runs) == 4 and (runs["stage"] == "final").all() and (runs["test_reads"] == 1).all()
     cells = sorted(zip(runs["cfg.method.name"], runs["cfg.method.topk_ratio"], strict=True))
@@ -361,7 +362,7 @@ def test_protocol_searcher_none_runs_every_grid_cell_on_the_final_seeds(tmp_path
     before = {p: p.stat().st_mtime_ns for p in again.rglob("*.parquet")}
     raw["results_dir"] = str(again)
     said: list[str] = []
-    run_sweep(parse_sweep(raw), say=said.append)
+    run_sweep(parse_experiment(raw), say=said.append)
     assert {p: p.stat().st_mtime_ns for p in before} == before  # not one file rewritten
     kept = read_table(again, "runs")
     pd.testing.assert_frame_equal(
@@ -386,7 +387,7 @@ def test_a_relative_results_dir_is_a_folder_of_dated_sweeps_under_the_results_ro
         Path(__file__).resolve().parents[2].joinpath("sweeps/quickstart.yaml").read_text()
     )
     raw["results_dir"] = "out/qs"
-    spec = parse_sweep(raw)
+    spec = parse_experiment(raw)
     assert spec.results_dir == str(tmp_path / "root" / "out" / "qs") and spec.dated
     first = sweep_folder(spec, resume=False)
     (Path(first.results_dir) / "_tune").mkdir(parents=True)
@@ -399,7 +400,7 @@ def test_a_relative_results_dir_is_a_folder_of_dated_sweeps_under_the_results_ro
     assert sweep_folder(spec, resume=True).results_dir == second.results_dir  # the newest
     # an absolute folder (or --results) is used as it is
     raw["results_dir"] = str(tmp_path / "exact")
-    exact = parse_sweep(raw)
+    exact = parse_experiment(raw)
     assert not exact.dated and sweep_folder(exact, False).results_dir == str(tmp_path / "exact")
 
 
@@ -412,7 +413,7 @@ def test_resume_without_an_earlier_dated_sweep_is_one_clear_error(tmp_path, monk
         Path(__file__).resolve().parents[2].joinpath("sweeps/quickstart.yaml").read_text()
     )
     with pytest.raises(UserError, match="no earlier sweep 'quickstart'"):
-        sweep_folder(parse_sweep(raw), resume=True)
+        sweep_folder(parse_experiment(raw), resume=True)
 
 
 def test_resume_with_nothing_to_resume_at_the_folder_says_so_and_starts_nothing(tmp_path):
@@ -420,9 +421,9 @@ def test_resume_with_nothing_to_resume_at_the_folder_says_so_and_starts_nothing(
 
     raw = sweep(tmp_path)
     with pytest.raises(UserError, match="nothing to resume in .*run it without --resume"):
-        run_sweep(parse_sweep(raw), resume=True, say=lambda m: None)
+        run_sweep(parse_experiment(raw), resume=True, say=lambda m: None)
     with pytest.raises(UserError, match="--final: nothing to resume in .*without --final"):
-        run_sweep(parse_sweep(raw), final_only=True, say=lambda m: None)
+        run_sweep(parse_experiment(raw), final_only=True, say=lambda m: None)
     assert not (tmp_path / "sweep").exists()  # no trial ran, no folder was made
 
 
@@ -432,7 +433,7 @@ def test_robust_selection_reruns_the_best_on_further_search_seeds_and_chooses_by
     raw = sweep(tmp_path, final={"seeds": [21]})
     raw["search"].update(num_samples=3, reeval_top=2, reeval_seeds=[11])
     said: list[str] = []
-    out = run_sweep(parse_sweep(raw), say=said.append)
+    out = run_sweep(parse_experiment(raw), say=said.append)
     trials = read_table(tmp_path / "sweep", "trials")
     search = trials[trials["stage"] == "search"]
     again = trials[trials["stage"] == "reeval"]
@@ -455,7 +456,7 @@ def test_robust_selection_reruns_the_best_on_further_search_seeds_and_chooses_by
 
     copied = tmp_path / "copy"
     shutil.copytree(tmp_path / "sweep", copied, ignore=shutil.ignore_patterns("_tune"))
-    again = run_sweep(parse_sweep(dict(raw, results_dir=str(copied))), resume=True, say=print)
+    again = run_sweep(parse_experiment(dict(raw, results_dir=str(copied))), resume=True, say=print)
     assert again.selected == out.selected
     cols = ["stage", "run_id", "seed", "status", "objective_value", "selection_mean", "selected"]
     pd.testing.assert_frame_equal(
@@ -481,7 +482,7 @@ def test_bad_robust_selection_fields_name_the_field(tmp_path, change, fragment):
     raw = sweep(tmp_path, final={"seeds": [21]})
     raw["search"].update(change)
     with pytest.raises(ConfigError) as err:
-        parse_sweep(raw)
+        parse_experiment(raw)
     assert fragment in str(err.value)
 
 
@@ -493,7 +494,7 @@ def test_a_sweep_whose_every_trial_fails_writes_its_trials_and_says_why(tmp_path
     )
     raw["base"]["method"] = {"name": "fedavg"}
     raw["base"]["data"] = {"name": "synthetic", "synthetic_shape": [1, 2, 2]}  # CNN too small
-    spec = parse_sweep(raw)
+    spec = parse_experiment(raw)
     said = []
     with pytest.raises(UserError, match="no search trial finished"):
         run_sweep(spec, say=said.append)
@@ -512,7 +513,7 @@ def test_a_diverged_trial_reads_nan_in_trials_and_runs(tmp_path):
     )
     raw["base"]["method"] = {"name": "fedavg"}
     raw["base"]["train"] = {"epochs": 1, "batch_size": 32, "lr": 1.0e8}  # blows up at once
-    spec = parse_sweep(raw)
+    spec = parse_experiment(raw)
     with pytest.raises(Exception, match="no search trial finished"):
         run_sweep(spec, say=lambda _m: None)
     runs = read_table(spec.results_dir, "runs")
@@ -569,7 +570,8 @@ def test_a_finished_run_is_kept_and_counts_against_the_budget(tmp_path):
     raw = sweep(tmp_path, search={"searcher": "grid", "grid": {"train.lr": [0.05]}})
     raw["base"]["fl"]["rounds"] = 2
     raw["search"]["client_rounds"] = raw["base"]["fl"]["clients_per_round"]  # one round's worth
-    spec = parse_sweep(raw)
+    spec = parse_experiment(raw)
+    spec = spec.workload(spec.name)  # the view its stages launch with
     cfg = spec.run_config({"train.lr": 0.05})
     from reuse_ray.engine import RunHooks
 
