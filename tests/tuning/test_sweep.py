@@ -395,7 +395,7 @@ def test_a_relative_results_dir_is_a_folder_of_dated_sweeps_under_the_results_ro
     assert first.results_dir != second.results_dir  # two submissions, two sweeps
     for s in (first, second):
         assert Path(s.results_dir).parent == tmp_path / "root" / "out" / "qs"
-        assert s.run_config().results_dir == s.results_dir and not s.dated
+        assert s.workload(s.name).run_config().results_dir == s.results_dir and not s.dated
     (Path(second.results_dir) / "_tune").mkdir(parents=True)
     assert sweep_folder(spec, resume=True).results_dir == second.results_dir  # the newest
     # an absolute folder (or --results) is used as it is
