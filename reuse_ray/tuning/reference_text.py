@@ -40,6 +40,14 @@ SWEEP_TOP = [
         "the sweep's name: its Tune experiments, its trials table and its runs' `sweep` column",
     ),
     _row(
+        "kind",
+        "str",
+        "`sweep`",
+        "`sweep`, `study`",
+        "`study` makes the file a study file (below); a sweep file is one workload (`base`) "
+        "and one searched arm, its `final.compare` entries unsearched arms",
+    ),
+    _row(
         "base",
         "run config",
         "required",

@@ -5,6 +5,7 @@ error naming it."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -103,8 +104,13 @@ def test_both_kinds_of_file_parse_into_one_spec_of_workloads_and_arms():
 
 
 def test_a_file_of_an_unknown_kind_is_named():
+    """``kind`` is ``sweep`` (the default, which a sweep file may also say) or ``study``."""
+    import yaml
+
     from reuse_ray.tuning import parse_experiment
 
+    raw = yaml.safe_load(Path("sweeps/quickstart.yaml").read_text())
+    assert parse_experiment(dict(raw, kind="sweep")) == parse_experiment(raw)
     with pytest.raises(ConfigError) as err:
         parse_experiment({"kind": "stduy", "name": "x"})
     assert err.value.field == "kind" and "sweep, study" in str(err.value)
