@@ -33,6 +33,16 @@ class ClientRoundBudget(Stopper):
     Σ over the group's runs of (rounds reached × ``clients_per_round``). ``results`` (the
     results folder and the sweep's name) seeds the ledger, once, from the runs table."""
 
+    @classmethod
+    def of(cls, spec, labels: list[str] | None = None) -> ClientRoundBudget | None:
+        """The ledger of a workload's search (:class:`.spec.WorkloadSpec`): its
+        ``search.client_rounds`` per group, seeded from its runs table; None without a
+        budget."""
+        if not spec.search.client_rounds:
+            return None
+        per_round = spec.run_config().fl.clients_per_round
+        return cls(spec.search.client_rounds, per_round, labels, (spec.results_dir, spec.name))
+
     def __init__(
         self,
         budget: int,

@@ -244,7 +244,6 @@ class StudyPlan(Plan):
 def _search(spec: ExperimentSpec, sweep: WorkloadSpec, points: list, run, w: str):
     """The workload's validation-only search stage: every arm's points, each arm's budget;
     its Tune results."""
-    per_round = sweep.run_config().fl.clients_per_round
     budget, n = sweep.search.client_rounds, spec.trials_per_arm
     run.say(
         f"[{w}] search: {len(points)} trials ({n} per arm), {run.concurrency} at a time"
@@ -256,7 +255,7 @@ def _search(spec: ExperimentSpec, sweep: WorkloadSpec, points: list, run, w: str
         sweep,
         "search",
         total=f"at most {len(points)}" if budget else len(points),
-        **_search_args(spec, sweep, points, per_round),
+        **_search_args(spec, sweep, points),
     )
 
 
@@ -362,7 +361,7 @@ def _trials(
     )
 
 
-def _search_args(spec: ExperimentSpec, sweep: WorkloadSpec, points: list, per_round: int) -> dict:
+def _search_args(spec: ExperimentSpec, sweep: WorkloadSpec, points: list) -> dict:
     """How Tune gets the search's points: a plain grid, or (with a scheduler or a client-round
     budget) :class:`.study_search.ArmPoints` with a scheduler per arm and a budget per arm."""
     s = sweep.search
@@ -373,20 +372,14 @@ def _search_args(spec: ExperimentSpec, sweep: WorkloadSpec, points: list, per_ro
     from .budget import ClientRoundBudget
     from .study_search import ArmPoints, MakeScheduler, PerArm
 
-    make = MakeScheduler(
-        s.scheduler, sweep.run_config().fl.rounds, s.grace_period, s.reduction_factor
-    )
-    ledger = None
-    if s.client_rounds:
-        arms = [a.name for a in spec.arms]
-        ledger = ClientRoundBudget(s.client_rounds, per_round, arms, (spec.results_dir, sweep.name))
+    ledger = ClientRoundBudget.of(sweep, [a.name for a in spec.arms])
     return {
         "param_space": {},
         "search_alg": ArmPoints(points, ledger),
         "num_samples": len(points),
         "scheduler": None
         if s.scheduler == "none"
-        else PerArm(make, spec.uplink_levels, route_at=s.grace_period),
+        else PerArm(MakeScheduler.of(sweep), spec.uplink_levels, route_at=s.grace_period),
         "stop": ledger,
     }
 

@@ -154,6 +154,16 @@ class MakeScheduler:
         self.grace_period, self.reduction_factor = grace_period, reduction_factor
         self.own_metric = own_metric
 
+    @classmethod
+    def of(cls, spec, own_metric: bool = True) -> MakeScheduler | None:
+        """The factory of a workload's search (:class:`.spec.WorkloadSpec`): its
+        ``search.scheduler`` over its rounds; None for ``scheduler: none``."""
+        s = spec.search
+        if s.scheduler == "none":
+            return None
+        rounds = spec.run_config().fl.rounds
+        return cls(s.scheduler, rounds, s.grace_period, s.reduction_factor, own_metric)
+
     def __call__(self) -> TrialScheduler:
         from ray.tune.schedulers import ASHAScheduler, HyperBandScheduler
 

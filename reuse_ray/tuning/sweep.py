@@ -68,20 +68,6 @@ def make_searcher(spec: WorkloadSpec, concurrency: int = 0):
     return alg, None, None, None
 
 
-def make_scheduler(spec: WorkloadSpec, metric: str | None):
-    """The search's trial scheduler (None for ``scheduler: none``): :class:`.study_search.
-    MakeScheduler`'s, ranking on the searcher's metric where the Tune config names one (grid),
-    else on the objective."""
-    from .study_search import MakeScheduler
-
-    s = spec.search
-    if s.scheduler == "none":
-        return None
-    rounds = spec.run_config().fl.rounds
-    make = MakeScheduler(s.scheduler, rounds, s.grace_period, s.reduction_factor, not metric)
-    return make()
-
-
 def _reference_val(spec: WorkloadSpec, say) -> float | None:
     """The retention objective's reference: validation accuracy of the reference run."""
     if spec.search.objective != "retention":
@@ -264,14 +250,10 @@ def _search(spec: WorkloadSpec, run: Launcher, reference: float | None) -> pd.Da
     alg, metric, mode, space = make_searcher(
         spec, 0 if spec.search.scheduler == "hyperband" else run.concurrency
     )
-    budget = None
-    if spec.search.client_rounds:
-        from .budget import ClientRoundBudget
+    from .budget import ClientRoundBudget
+    from .study_search import MakeScheduler
 
-        per_round = spec.run_config().fl.clients_per_round
-        budget = ClientRoundBudget(
-            spec.search.client_rounds, per_round, results=(spec.results_dir, spec.name)
-        )
+    budget, make = ClientRoundBudget.of(spec), MakeScheduler.of(spec, own_metric=not metric)
     results = run(
         spec,
         "search",
@@ -279,7 +261,7 @@ def _search(spec: WorkloadSpec, run: Launcher, reference: float | None) -> pd.Da
         search_alg=alg,
         metric=metric,
         mode=mode,
-        scheduler=make_scheduler(spec, metric),
+        scheduler=make() if make else None,
         stop=budget,
         num_samples=spec.search.num_samples,
         total=spec.trials_total(),
