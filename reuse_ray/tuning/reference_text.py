@@ -35,7 +35,7 @@ SWEEP_TOP = [
     _row(
         "name",
         "str",
-        "required",
+        "the file's stem",
         "letters, digits, `-`, `_`",
         "the sweep's name: its Tune experiments, its trials table and its runs' `sweep` column",
     ),
@@ -81,58 +81,122 @@ SWEEP_TOP = [
     ),
 ]
 
-STUDY_MEANING = {
-    "name": "the study's name: its sweeps are `<name>-<workload>`",
-    "kind": "`study`: this file is a study (else a sweep file)",
-    "workloads": "workload name -> a run config (its base); every arm runs on every workload",
+STUDY_ROWS = {  # key: (type, default, allowed, meaning)
+    "name": (
+        "str",
+        "the file's stem",
+        "letters, digits, `-`, `_`",
+        "the study's name: its sweeps are `<name>-<workload>`",
+    ),
+    "kind": ("str", "`sweep`", "`sweep`, `study`", "`study`: this file is a study file"),
+    "workloads": (
+        "mapping",
+        "required",
+        "name -> run config",
+        "workload name -> a run config (its base); every arm runs on every workload",
+    ),
     "arms": (
-        "arm name -> `fixed:` (dotted run-config fields the arm fixes) and `space:` (a "
-        "registered space of its own knobs)"
+        "mapping",
+        "required",
+        "name -> `fixed:`, `space:`",
+        "arm name -> `fixed:` (dotted run-config fields the arm fixes, with `method.name`) and "
+        "`space:` (a registered space of its own knobs)",
     ),
     "budget": (
+        "block",
+        "`trials_per_arm: 6`, `client_rounds: 0`, `seed: 0`",
+        "integers > 0, ≥ 0, a seed",
         "`trials_per_arm` (at most this many configurations per arm), `client_rounds` "
-        "(per arm: one number or one per workload; selected clients × rounds trained; 0 ="
-        " trials_per_arm full runs), `seed` (the sampler's)"
+        "(per arm: one number or one per workload; selected clients × rounds trained; 0 = "
+        "trials_per_arm full runs), `seed` (the sampler's)",
     ),
     "search": (
+        "block",
+        "`scheduler: none`",
+        "the sweep file's `search.` fields named here",
         "`scheduler` (none, asha, hyperband: one per arm, and per arm and uplink level "
-        "when `uplink_levels` are set), `grace_period`, `reduction_factor`, `reeval_top`,"
-        " `reeval_seeds` (robust selection)"
+        "when `uplink_levels` are set), `grace_period`, `reduction_factor`, `reeval_top`, "
+        "`reeval_seeds` (robust selection)",
     ),
     "shared": (
-        "dotted field -> [low, high, log]: knobs every arm searches over one range "
-        "(default: `train.lr` over [0.01, 0.2, log])"
+        "mapping",
+        "`{train.lr: [0.01, 0.2, log]}`",
+        "dotted field -> [low, high] or [low, high, log]",
+        "knobs every arm searches over one range",
     ),
-    "topk_range": "[low, high, log]: the Top-K ratio r's range wherever an arm's method sparsifies",
-    "objectives": f"selections per arm, first `val_acc`: {_codes(STUDY_OBJECTIVES)}",
+    "topk_range": (
+        "list",
+        "`[0.01, 1.0, log]`",
+        "[low, high] or [low, high, log], 0 < low < high",
+        "the Top-K ratio r's range wherever an arm's method sparsifies",
+    ),
+    "objectives": (
+        "list",
+        "`[val_acc, retention]`",
+        f"{_codes(STUDY_OBJECTIVES)}, first `val_acc`",
+        "the selections made per arm",
+    ),
     "uplink_levels": (
-        "increasing fractions in (0, 1) of the reference arm's tuned cumulative "
-        "restricted uplink: per arm and level, the most accurate configuration within it "
-        "(`ARM@up10` labels; `unable` where none is)"
+        "list",
+        "`[]`",
+        "increasing fractions in (0, 1)",
+        "fractions of the reference arm's tuned cumulative restricted uplink: per arm and "
+        "level, the most accurate configuration within it (`ARM@up10` labels; `unable` where "
+        "none is)",
     ),
     "target_of_reference": (
-        "bytes to target: this fraction of the reference arm's mean final-stage "
-        "validation accuracy (0: none)"
+        "float",
+        "`0`",
+        "[0, 1]",
+        "bytes to target: this fraction of the reference arm's mean final-stage validation "
+        "accuracy (0: none)",
     ),
     "retention": (
-        "the retention rule's bar: keep ≥ this share of the reference arm's best "
-        "validation accuracy"
+        "float",
+        "`0.98`",
+        "(0, 1]",
+        "the retention rule's bar: keep ≥ this share of the reference arm's best validation "
+        "accuracy",
     ),
     "retention_reference": (
-        "the reference arm (of the retention rule, the uplink levels and the target)"
+        "str",
+        "the first arm",
+        "an arm's name",
+        "the reference arm (of the retention rule, the uplink levels and the target)",
     ),
     "final": (
-        "`seeds:` fresh seeds on which every chosen configuration reruns, reading the "
-        "test split once"
+        "block",
+        "required",
+        "`seeds:` a list of seeds",
+        "fresh seeds, disjoint from the workloads' search seeds, on which every chosen "
+        "configuration reruns, reading the test split once",
     ),
-    "compare_to": "arms the leaderboard's paired differences are taken against",
-    "targets": "workload -> a validation accuracy for bytes to target, fixed in advance",
-    "trial": "what one trial reserves (the sweep file's `trial:` block)",
-    "checkpoint_every": "rounds between a trial's checkpoints",
+    "compare_to": (
+        "list",
+        "`[]`",
+        "arm names",
+        "arms the leaderboard's paired differences are taken against",
+    ),
+    "targets": (
+        "mapping",
+        "`{}`",
+        "workload -> (0, 1]",
+        "a validation accuracy per workload for bytes to target, fixed in advance",
+    ),
+    "trial": ("block", "", "", "what one trial reserves (the sweep file's `trial:` block)"),
+    "checkpoint_every": ("int", "`5`", "≥ 0", "rounds between a trial's checkpoints"),
     "results_dir": (
-        "where results go; a relative one is a folder of dated studies below the results root"
+        "str",
+        "`studies/<name>`",
+        "a path or a URI",
+        "where results go; a relative one is a folder of dated studies below the results root",
     ),
-    "scales": "scale name -> dotted overrides of this file (`--scale NAME`), e.g. a smoke test",
+    "scales": (
+        "mapping",
+        "`{}`",
+        "name -> dotted overrides",
+        "named overrides of this file (`--scale NAME`), e.g. a smoke test",
+    ),
 }
 
 ALLOWED = {
@@ -161,7 +225,7 @@ def SPEC_SECTIONS() -> list[tuple[str, str, list[dict[str, str]]]]:  # noqa: N80
         "unsearched references (dotted fields, optional seeds:), labelled compare-<j>",
     )
     final = blocks(FinalSpec, "final.") + [compare]
-    study = [_row(key, "", "", "", STUDY_MEANING.get(key, "")) for key in STUDY_KEYS]
+    study = [_row(key, *STUDY_ROWS[key]) for key in STUDY_KEYS]
     return [
         (
             "Sweep file",

@@ -130,3 +130,35 @@ def test_a_budget_is_per_workload_in_the_one_spec(tmp_path):
     )
     assert study.workload("digits").search.client_rounds == 40
     assert study.workload("fashionmnist").search.client_rounds == 80
+
+
+def test_the_study_files_documented_defaults_are_the_parsers():
+    """docs/reference.md's study-file defaults (``reference_text.STUDY_ROWS``) are what the
+    parser gives a file that leaves them out."""
+    from reuse_ray.tuning import parse_experiment
+    from reuse_ray.tuning.reference_text import STUDY_ROWS
+
+    minimal = {
+        "kind": "study",
+        "workloads": {"w": {"fl": {"num_clients": 4, "clients_per_round": 2, "rounds": 2}}},
+        "arms": {"a": {"fixed": {"method.name": "fedavg"}}},
+        "final": {"seeds": [7]},
+    }
+    spec = parse_experiment(minimal, "/x/mine.yaml")
+    default = {k: row[1] for k, row in STUDY_ROWS.items()}
+    assert spec.name == "mine" and default["name"] == "the file's stem"
+    assert default["retention"] == f"`{spec.retention:g}`"
+    assert default["target_of_reference"] == f"`{spec.target_of_reference:g}`"
+    assert default["checkpoint_every"] == f"`{spec.checkpoint_every}`"
+    assert default["objectives"] == f"`[{', '.join(spec.objectives)}]`"
+    lo, hi, log = spec.topk_range
+    assert default["topk_range"] == f"`[{lo:g}, {hi:.1f}, {'log' if log else 'linear'}]`"
+    [(key, (lo, hi, log))] = spec.shared.items()
+    assert default["shared"] == f"`{{{key}: [{lo:g}, {hi:g}, {'log' if log else 'linear'}]}}`"
+    budget = f"`trials_per_arm: {spec.trials_per_arm}`, `client_rounds: "
+    assert default["budget"] == budget + f"{spec.client_rounds['w']}`, `seed: {spec.sampler_seed}`"
+    assert spec.retention_reference == "a" and default["retention_reference"] == "the first arm"
+    assert (
+        spec.results_dir.endswith("/studies/mine") and default["results_dir"] == "`studies/<name>`"
+    )
+    assert spec.search.scheduler == "none" and default["search"] == "`scheduler: none`"
