@@ -220,11 +220,7 @@ def _check_seeds(spec: ExperimentSpec, base: dict[str, Any]) -> None:
     used = {base_seed, *search.reeval_seeds}
     for values in search.grid.get("seed", []), [search.reference.get("seed")]:
         used |= {int(v) for v in values if v is not None}
-    reused = sorted(set(final.seeds) & used)
-    if reused:
-        raise ConfigError(
-            "final.seeds", f"{reused} were used by the search; allowed: seeds the search never used"
-        )
+    check_fresh_seeds("final.seeds", final.seeds, used, "the final stage")  # a study's rule
 
 
 # ---- a study file: named workloads and arms, drawn points, selection per arm ---------------
