@@ -97,7 +97,7 @@ def _sweep_form(raw: dict[str, Any], source: str, common: dict[str, Any]) -> Exp
     base = raw.get("base") or {}
     check_base(base)
     search = _parse_search(raw.get("search"), base)
-    final, compare = _parse_final(raw.get("final"))
+    final, compare = _parse_final(raw.get("final"), _search_seeds(search, base))
     spec = ExperimentSpec(
         workloads={common["name"]: base},
         arms=(Arm("selected", {}, search.space), *compare),
@@ -109,6 +109,17 @@ def _sweep_form(raw: dict[str, Any], source: str, common: dict[str, Any]) -> Exp
     )
     _check_seeds(spec, base)
     return spec
+
+
+def _search_seeds(search: SearchSpec, base: dict[str, Any]) -> set[int]:
+    """Every seed a sweep's search runs on (its base's, re-evaluation's, a grid's, the
+    retention reference's); none for searcher none, whose grid runs on the final seeds."""
+    if search.searcher == "none":
+        return set()
+    used = {int(base.get("seed", RunConfig().seed)), *search.reeval_seeds}
+    for values in search.grid.get("seed", []), [search.reference.get("seed")]:
+        used |= {int(v) for v in values if v is not None}
+    return used
 
 
 def _parse_search(raw: Any, base: dict[str, Any]) -> SearchSpec:
@@ -160,14 +171,14 @@ def _check_grid(search: SearchSpec, base: dict[str, Any]) -> None:
                 raise ConfigError(f"search.grid.{key}", str(err)) from None
 
 
-def _parse_final(raw: Any) -> tuple[FinalSpec | None, tuple[Arm, ...]]:
-    """The ``final:`` block: fresh seeds, how many configurations, the references (unsearched
-    arms)."""
+def _parse_final(raw: Any, used: set[int]) -> tuple[FinalSpec | None, tuple[Arm, ...]]:
+    """The ``final:`` block: fresh seeds (none of the search's ``used``), how many
+    configurations, the references (unsearched arms)."""
     if raw is None:
         return None, ()
     f = take_fields(raw, "final", ("seeds", "top", "compare"))
     seeds, compare = f.get("seeds") or (), f.get("compare") or ()
-    seeds = check_fresh_seeds("final.seeds", seeds, set(), "the final stage")
+    seeds = check_fresh_seeds("final.seeds", seeds, used, "the final stage")
     if not isinstance(compare, list | tuple) or not all(isinstance(c, dict) for c in compare):
         raise ConfigError("final.compare", "expected a list of mappings of run-config fields")
     arms = tuple(_compare_arm(j, c, seeds) for j, c in enumerate(compare))
@@ -205,22 +216,16 @@ def _compare_arm(j: int, entry: dict[str, Any], seeds) -> Arm:
 
 
 def _check_seeds(spec: ExperimentSpec, base: dict[str, Any]) -> None:
-    """The search's seeds, robust selection's and the final stage's are disjoint, and an
-    unsearched grid has a final stage to run in."""
-    search, final = spec.search, spec.final
-    if search.searcher == "none" and final is None:
+    """Robust selection's seeds are further seeds (the final stage's were checked against
+    every search seed), and an unsearched grid has a final stage to run in."""
+    search = spec.search
+    if search.searcher == "none" and spec.final is None:
         raise ConfigError("final", "searcher none runs the grid in the final stage; add final:")
     base_seed = int(base.get("seed", RunConfig().seed))
     if base_seed in search.reeval_seeds:
         raise ConfigError(
             "search.reeval_seeds", f"{base_seed} is the search's own seed; allowed: further seeds"
         )
-    if final is None or search.searcher == "none":
-        return
-    used = {base_seed, *search.reeval_seeds}
-    for values in search.grid.get("seed", []), [search.reference.get("seed")]:
-        used |= {int(v) for v in values if v is not None}
-    check_fresh_seeds("final.seeds", final.seeds, used, "the final stage")  # a study's rule
 
 
 # ---- a study file: named workloads and arms, drawn points, selection per arm ---------------

@@ -368,13 +368,9 @@ class ExperimentSpec:
         named = ((b.get("engine") or {}).get("ray_address") for b in self.workloads.values())
         return next((a for a in named if a), None)
 
-    def level_name(self, level: float) -> str:
-        """A level's objective name (``up10`` for 10 %): its final runs' label is
-        ``ARM@up10``."""
-        return level_name(level)
-
 
 def level_name(level: float) -> str:
+    """A level's objective name (``up10`` for 10 %): its final runs' label is ``ARM@up10``."""
     pct = 100 * level
     return f"up{pct:g}" if pct != int(pct) else f"up{int(pct)}"
 

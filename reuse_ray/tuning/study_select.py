@@ -16,7 +16,7 @@ import pandas as pd
 
 from . import selection
 from .selection import choose, eligible
-from .spec import ExperimentSpec
+from .spec import ExperimentSpec, level_name
 
 
 def select(trials: pd.DataFrame, spec: ExperimentSpec) -> dict[str, dict[str, Any]]:
@@ -59,8 +59,7 @@ def select_levels(
         & trials["cum_up_restricted"].notna()
     ]
     limits = {
-        spec.level_name(level): level * float(ref["cum_up_restricted"])
-        for level in spec.uplink_levels
+        level_name(level): level * float(ref["cum_up_restricted"]) for level in spec.uplink_levels
     }
     picked: dict[str, dict[str, Any]] = {}
     unable: dict[str, list[str]] = {}
