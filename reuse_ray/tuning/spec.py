@@ -55,7 +55,7 @@ class SearchSpec:
     retention: float = 0.98
     # retention objective: dotted fields of the reference run (default: the base config)
     reference: dict[str, Any] = field(default_factory=dict)
-    # at most this many trials at once (0: as many as the cluster fits)
+    # at most this many trials at once (0: as many as the cluster fits; hyperband: 0 only)
     max_concurrent_trials: int = 0
     # a trial scheduler over FL rounds: none, asha or hyperband. Its time axis is the round of
     # the latest validation, so rungs fall on evaluation rounds; max_t is the final round
@@ -112,6 +112,14 @@ class SearchSpec:
         f = self.reduction_factor
         if isinstance(f, bool) or not isinstance(f, int) or f < 2:
             raise ConfigError("search.reduction_factor", f"{f!r}; allowed: an integer ≥ 2")
+        if self.scheduler == "hyperband" and self.max_concurrent_trials:
+            # its search creates every trial at once to fill its brackets (a limit on live
+            # trials would leave a bracket unfilled for ever), so the limit could not hold
+            raise ConfigError(
+                "search.max_concurrent_trials",
+                "not with scheduler hyperband, whose trials wait side by side to fill its "
+                "brackets; allowed with it: 0 (space trials out with trial.cpus instead)",
+            )
 
     def _check_reeval(self) -> tuple[int, ...]:
         """Robust selection's fields: a count and the further search seeds it reruns on."""

@@ -25,6 +25,11 @@ from reuse_ray.tuning.spec import SearchSpec, TrialSpec
         ({"reeval_seeds": [7]}, "search.reeval_top", "1 or more"),
         ({"client_rounds": 40, "searcher": "none"}, "search.client_rounds", "no search"),
         ({"retention": 1.5}, "search.retention", "(0, 1]"),
+        (
+            {"scheduler": "hyperband", "max_concurrent_trials": 1},
+            "search.max_concurrent_trials",
+            "trial.cpus",
+        ),
     ],
 )
 def test_a_search_block_checks_itself(fields, field, fragment):
