@@ -220,7 +220,7 @@ OWN = [  # more of our own
     (
         "sweep-without-scales",
         lambda tmp: ["sweep", _file(tmp, "s.yaml", SWEEP), "--scale", "small"],
-        "'small'; allowed: none",
+        "'small': the file names no scales",
     ),
     ("unknown-top-field", run_set("bogus=1"), "'bogus': unknown field"),
     ("unknown-nested", run_set("train.lrr=0.1"), "'train.lrr': unknown field"),

@@ -73,8 +73,12 @@ def apply_scale(raw: dict[str, Any], scale: str | None) -> None:
         raise ConfigError("scales", "expected a mapping of scale name -> dotted overrides")
     if scale is None:
         return
+    if not scales:
+        raise ConfigError(
+            "--scale", f"{scale!r}: the file names no scales (a scales: block of name -> overrides)"
+        )
     if scale not in scales:
-        raise ConfigError("--scale", f"{scale!r}; allowed: {', '.join(scales) or 'none'}")
+        raise ConfigError("--scale", f"{scale!r}; allowed: {', '.join(scales)}")
     block = scales[scale]
     if not isinstance(block, dict):
         raise ConfigError(f"scales.{scale}", "expected a mapping of dotted overrides")
