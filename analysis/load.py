@@ -110,9 +110,12 @@ def _arm(runs: pd.DataFrame) -> pd.Series:
     out = arm.copy()
     # runs of one arm on another dataset or in another stage are told apart by those columns
     keys = [arm] + [runs[c].astype(str) for c in ("dataset", "stage") if c in runs]
-    for _, idx in arm.groupby(keys).groups.items():
-        g = runs.loc[idx, cfg_cols].astype(str)
-        varying = [c for c in cfg_cols if g[c].nunique() > 1]
+    group = arm.groupby(keys).ngroup()
+    # every group's distinct values per column, in one pass over the table
+    counts = runs[cfg_cols].astype(str).groupby(group).nunique()
+    for g, n in counts.iterrows():
+        idx = group.index[group == g]
+        varying = [c for c in cfg_cols if n[c] > 1]
         if varying:
             suffix = runs.loc[idx, varying].apply(
                 lambda r: ", ".join(
