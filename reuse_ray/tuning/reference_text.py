@@ -116,7 +116,8 @@ STUDY_ROWS = {  # key: (type, default, allowed, meaning)
         "the sweep file's `search.` fields named here",
         "`scheduler` (none, asha, hyperband: one per arm, and per arm and uplink level "
         "when `uplink_levels` are set), `grace_period`, `reduction_factor`, `reeval_top`, "
-        "`reeval_seeds` (robust selection)",
+        "`reeval_seeds` (robust selection), `max_concurrent_trials` (at most this many trials "
+        "at once; 1: the same search launch after launch)",
     ),
     "shared": (
         "mapping",

@@ -76,6 +76,7 @@ def _metadata(
             "reduction_factor": spec.search.reduction_factor,
             "reeval_top": spec.search.reeval_top,
             "reeval_seeds": list(spec.search.reeval_seeds),
+            "max_concurrent_trials": spec.search.max_concurrent_trials,
         },
         "objectives": list(spec.objectives),
         "uplink_levels": list(spec.uplink_levels),

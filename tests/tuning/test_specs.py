@@ -137,6 +137,20 @@ def test_a_budget_is_per_workload_in_the_one_spec(tmp_path):
     assert study.workload("fashionmnist").search.client_rounds == 80
 
 
+def test_either_kind_of_file_caps_its_trials_at_once():
+    """``search.max_concurrent_trials`` means the same in a sweep file and a study file: the
+    most trials of a stage at once, for every workload."""
+    from reuse_ray.tuning import derive_concurrency, load_spec
+
+    cluster = {"CPU": 8.0}
+    for path, scale in (("sweeps/quickstart.yaml", None), ("sweeps/study.yaml", "small")):
+        spec = load_spec(path, scale=scale)
+        capped = load_spec(path, ["search.max_concurrent_trials=1"], scale=scale)
+        for w in spec.workloads:
+            assert derive_concurrency(spec.workload(w), cluster) > 1, path
+            assert derive_concurrency(capped.workload(w), cluster) == 1, path
+
+
 def test_the_study_files_documented_defaults_are_the_parsers():
     """docs/reference.md's study-file defaults (``reference_text.STUDY_ROWS``) are what the
     parser gives a file that leaves them out."""
