@@ -250,7 +250,7 @@ def _search(spec: ExperimentSpec, sweep: WorkloadSpec, points: list, run, w: str
         f"[{w}] search: {len(points)} trials ({n} per arm), {run.concurrency} at a time"
         if not budget
         else f"[{w}] search: up to {n} configurations per arm, {budget} client-rounds per "
-        f"arm, {run.concurrency} trials at a time"
+        f"arm, {run.concurrency} trial{'s' if run.concurrency != 1 else ''} at a time"
     )
     return run(
         sweep,

@@ -133,7 +133,8 @@ class Sweep(Experiment):
         return (
             f"sweep {s.name}: {s.search.searcher} over "
             f"{s.search.space or list(s.search.grid)} ({s.search.objective}), "
-            f"{s.search.num_samples} samples, {run.concurrency} concurrent trials of "
+            f"{s.search.num_samples} samples, {run.concurrency} concurrent "
+            f"trial{'s' if run.concurrency != 1 else ''} of "
             f"{s.trial.bundles()} on {resources.get('CPU', 0):g} CPUs / "
             f"{resources.get('GPU', 0):g} GPUs; "
             f"results in {display(s.results_dir)}"
