@@ -31,32 +31,60 @@ def is_results_root(location: str | Path) -> bool:
         return False
 
 
-def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
-    """All rows of one table (every run, every method), or None when the table has no file.
-
-    Hidden files (leading ``.`` or ``_``: a writer's attempt in progress) are skipped; a file
-    that is not valid Parquet raises :class:`ResultsError` naming it."""
-    if table not in SCHEMAS:
-        raise ValueError(f"unknown table {table!r}; allowed: {', '.join(SCHEMAS)}")
-    store = Storage.of(location)
-    fs, root = store.fs, store.root
-    base = f"{root}/{table}"
+def _table_files(fs, base: str) -> list[str]:
+    """The table's Parquet files below ``base`` (none without the folder), hidden ones left."""
     if fs.get_file_info(base).type != pafs.FileType.Directory:
-        return None
-    files = [
+        return []
+    return [
         f.path
         for f in fs.get_file_info(pafs.FileSelector(base, recursive=True))
         if f.type == pafs.FileType.File
         and f.path.endswith(".parquet")
         and not Path(f.path).name.startswith((".", "_"))
     ]
+
+
+class _Vanished(Exception):
+    """A file listed a moment ago is gone: a live writer replaced or cleared it."""
+
+
+def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
+    """All rows of one table (every run, every method), or None when the table has no file.
+
+    Hidden files (leading ``.`` or ``_``: a writer's attempt in progress) are skipped; a file
+    that is not valid Parquet raises :class:`ResultsError` naming it. Results a sweep is still
+    writing read too: a file that disappears between the listing and the read (a run restarted
+    from round 1 clears its unfinished attempt's files) is not corrupt, and the table is listed
+    and read again."""
+    if table not in SCHEMAS:
+        raise ValueError(f"unknown table {table!r}; allowed: {', '.join(SCHEMAS)}")
+    for _ in range(4):
+        try:
+            return _read_once(location, table)
+        except _Vanished:
+            continue
+    return _read_once(location, table, live=False)
+
+
+def _read_once(location: str | Path, table: str, live: bool = True) -> pd.DataFrame | None:
+    """One listing of ``table``'s files and one read of them (``live``: a file gone since the
+    listing raises :class:`_Vanished` instead of being named as corrupt)."""
+    store = Storage.of(location)
+    fs, base = store.fs, f"{store.root}/{table}"
+    files = _table_files(fs, base)
+
+    def failed(path: str, err: Exception) -> Exception:
+        if live and fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return _Vanished(path)
+        return ResultsError(f"corrupt Parquet file {path}: {err}")
+
     schemas = []
     for path in files:
         try:
             with fs.open_input_file(path) as fh:
                 schemas.append(pq.read_metadata(fh).schema.to_arrow_schema())
         except Exception as err:  # noqa: BLE001 - any reader failure means a corrupt file
-            raise ResultsError(f"corrupt Parquet file {path}: {err}") from None
+            raise failed(path, err) from None
     if not files:
         return None
     import pyarrow.dataset as ds  # pandas comes with to_pandas
@@ -84,7 +112,9 @@ def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
                 with fs.open_input_file(path) as fh:
                     pq.ParquetFile(fh).read()
             except Exception as bad:  # noqa: BLE001 - the damaged one, named
-                raise ResultsError(f"corrupt Parquet file {path}: {bad}") from None
+                raise failed(path, bad) from None
+        if live:  # every file reads on its own now: one was replaced while it was read
+            raise _Vanished(base) from None
         raise ResultsError(
             f"the {table!r} table under {location!s} cannot be read: {err}"
         ) from None

@@ -53,3 +53,26 @@ def test_a_file_whose_footer_reads_but_whose_data_does_not_is_named(tmp_path):
     assert [d.rel.split("/")[0] for d in find_damaged(cfg.results_dir)] == ["rounds"]
     with pytest.raises(ResultsError, match=f"corrupt Parquet file .*{cfg.run_id}"):
         read_table(cfg.results_dir, "rounds")
+
+
+def test_a_file_a_live_writer_clears_while_it_is_read_is_not_called_corrupt(tmp_path, monkeypatch):
+    """Reading a sweep that is still writing: a run restarted from round 1 clears its
+    unfinished attempt's files, and a reader that listed one of them a moment before finds it
+    gone. That file is not corrupt: the table is listed and read again, without it."""
+    import reuse_ray.results.reader as reader
+
+    a = small_config(tmp_path, fl__rounds=2, seed=1)
+    b = small_config(tmp_path, fl__rounds=2, seed=2)
+    run_fl(a), run_fl(b)
+    root = type(tmp_path)(a.results_dir)
+    gone = root / "rounds" / f"method={a.method.name}" / f"{a.run_id}.parquet"
+    read_metadata = reader.pq.read_metadata
+
+    def clears_a_file_on_first_read(fh, *args, **kwargs):
+        if gone.exists():
+            gone.unlink()  # the writer, between the reader's listing and its reads
+        return read_metadata(fh, *args, **kwargs)
+
+    monkeypatch.setattr(reader.pq, "read_metadata", clears_a_file_on_first_read)
+    rounds = read_table(root, "rounds")
+    assert set(rounds["run_id"]) == {b.run_id} and len(rounds) == 2
