@@ -361,9 +361,16 @@ def _targets(targets: Any, workloads: dict[str, Any]) -> dict[str, float]:
 
 def _study_search(raw: Any, workloads: dict, final_seeds) -> SearchSpec:
     """A study's ``search`` block: a scheduler per arm (rungs in rounds, on evaluation rounds
-    of every workload) and robust selection (re-evaluation seeds, search seeds only)."""
-    keys = ("scheduler", "grace_period", "reduction_factor", "reeval_top", "reeval_seeds")
-    keys += ("max_concurrent_trials",)
+    of every workload), robust selection (re-evaluation seeds, search seeds only) and the
+    most trials at once."""
+    keys = (
+        "scheduler",
+        "grace_period",
+        "reduction_factor",
+        "reeval_top",
+        "reeval_seeds",
+        "max_concurrent_trials",
+    )
     search = SearchSpec(searcher="random", **take_fields(raw, "search", keys))
     for w, base in workloads.items():
         try:
