@@ -67,11 +67,16 @@ RUN_COLUMNS = [
     # one of RUN_STATUS: finished, diverged, failed, stopped, interrupted, running
     pa.field("status", pa.string(), nullable=False),
     pa.field("error", pa.string()),  # why a run failed, diverged or was interrupted (one line)
-    pa.field("stage", pa.string()),  # run | search | final
+    # run | search | reeval | final (a trials row of searcher none: protocol)
+    pa.field("stage", pa.string()),
     # the sweep (or a study's <name>-<workload>) the run belongs to; null for a single run
     pa.field("sweep", pa.string()),
-    pa.field("trial_id", pa.string()),  # the Tune trial that ran it
-    pa.field("label", pa.string()),  # final stage: selected-<j> or compare-<j>
+    # the Tune trial that ran it (a run an earlier launch finished, kept by a later one: in
+    # runs the trial that computed it, in trials the later launch's)
+    pa.field("trial_id", pa.string()),
+    # a sweep's final runs: selected-<j>, compare-<j> or a compare entry's own label; a study's
+    # runs: the arm (ARM@<objective or uplink level> for a configuration chosen by another one)
+    pa.field("label", pa.string()),
     pa.field("dataset", pa.string()),  # data.name
     # the model built (model.name resolved: cnn, cnn_valid, resnet18)
     pa.field("model", pa.string()),

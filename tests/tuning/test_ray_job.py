@@ -114,53 +114,50 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
         assert runs.iloc[0]["status"] == "finished" and runs.iloc[0]["backend"] == "ray"
         assert len(read_table(results, "rounds")) == 2
 
-        # the same sweep submitted twice, as a user would: no --results; the results root
-        # comes with the job's runtime env, the package with working_dir + py_modules
+        # the quickstart sweep submitted as a user would: no --results; the results root
+        # comes with the job's runtime env, the package with working_dir + py_modules (two
+        # submissions get two dated folders: tests/results/test_storage.py)
         root = tmp_path / "root"
         runtime_env = {
             "working_dir": str(ROOT),
             "py_modules": [str(ROOT / m) for m in ("reuse_ray", "analysis", "search_spaces")],
             "env_vars": {"REUSE_RAY_RESULTS": str(root)},
         }
-        folders = []
-        for _ in range(2):
-            job = _submit(
-                [
-                    ray_cli,
-                    "job",
-                    "submit",
-                    "--address",
-                    f"http://127.0.0.1:{dash}",
-                    "--runtime-env-json",
-                    json.dumps(runtime_env),
-                    "--",
-                    "reuse-ray",
-                    "sweep",
-                    "sweeps/quickstart.yaml",
-                    "--set",
-                    "base.fl.rounds=2",
-                    "--set",
-                    "search.num_samples=2",
-                    "--set",
-                    "final.seeds=[1001]",
-                ],
-                env=env,
-                capture_output=True,
-                text=True,
-                timeout=900,
-            )
-            assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
-            assert "best configuration" in job.stdout
-            said = [ln for ln in job.stdout.splitlines() if ln.startswith("results root: ")]
-            assert len(said) == 2 and said[0] == said[-1]  # printed at the start and the end
-            folders.append(Path(said[0].removeprefix("results root: ")))
-        assert folders[0] != folders[1]  # two submissions, two sweeps
-        for folder in folders:
-            assert folder.parent == root / "sweeps" / "quickstart"
-            trials = read_table(folder, "trials")
-            assert len(trials) == 2 and trials["status"].eq("finished").all()
-            final = read_table(folder, "runs").query("stage == 'final'")
-            assert len(final) == 2 and (final["test_reads"] == 1).all()
+        job = _submit(
+            [
+                ray_cli,
+                "job",
+                "submit",
+                "--address",
+                f"http://127.0.0.1:{dash}",
+                "--runtime-env-json",
+                json.dumps(runtime_env),
+                "--",
+                "reuse-ray",
+                "sweep",
+                "sweeps/quickstart.yaml",
+                "--set",
+                "base.fl.rounds=2",
+                "--set",
+                "search.num_samples=2",
+                "--set",
+                "final.seeds=[1001]",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+        assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
+        assert "best configuration" in job.stdout
+        said = [ln for ln in job.stdout.splitlines() if ln.startswith("results root: ")]
+        assert len(said) == 2 and said[0] == said[-1]  # printed at the start and the end
+        folder = Path(said[0].removeprefix("results root: "))
+        assert folder.parent == root / "sweeps" / "quickstart"  # a dated folder under the root
+        trials = read_table(folder, "trials")
+        assert len(trials) == 2 and trials["status"].eq("finished").all()
+        final = read_table(folder, "runs").query("stage == 'final'")
+        assert len(final) == 2 and (final["test_reads"] == 1).all()
         # nothing landed in the job's working-dir package on the head node
         assert list(Path(temp).rglob("*.parquet")) == []
         # a report from the stated root (its newest sweep)
@@ -172,7 +169,7 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
             timeout=300,
         )
         assert report.returncode == 0, report.stderr
-        assert f"reporting the newest: {folders[1]}" in report.stdout
-        assert (folders[1] / "report" / "report.html").is_file()
+        assert f"reporting the newest: {folder}" in report.stdout
+        assert (folder / "report" / "report.html").is_file()
     finally:
         stop_ray_under(temp)  # never `ray stop`: that would stop every Ray on the machine

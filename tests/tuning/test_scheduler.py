@@ -207,6 +207,43 @@ def test_a_study_gives_every_arm_its_own_budget_and_scheduler_and_selects_robust
     assert meta["client_rounds"] == {"digits": budget} and meta["search"]["scheduler"] == "asha"
     assert any(m.startswith("[digits] topk: ") and "stopped early" in m for m in said), said
     assert any("selection gap of topk" in m and "mean over 2 search seeds" in m for m in said)
+    # --final, as for a sweep: no search stage; the choice made again from the search's runs
+    # (the robust re-evaluation's runs kept, each already finished) and the final stage's runs
+    # kept: the same runs, the same rows, the same trials table
+    before = _tables(out)
+    again: list[str] = []
+    run_study(spec, final_only=True, say=again.append)
+    assert not any("search:" in m for m in again), again
+    assert any("runs already finished here; rows kept" in m for m in again), again
+    _assert_same_tables(before, _tables(out))
+    # --resume without Tune's state (a copied folder, as results/ ship): the search study.json
+    # records as chosen from is not searched again; the same runs and rows
+    (tmp_path / "study" / "_tune").rename(tmp_path / "tune_set_aside")
+    resumed: list[str] = []
+    run_study(spec, resume=True, say=resumed.append)
+    assert not any("search:" in m for m in resumed), resumed
+    # (the re-evaluation stage is a new Tune experiment: its kept runs' trials table rows name
+    # this launch's trials; the runs table keeps the trials that computed them)
+    after = _tables(out)
+    _assert_same_tables(before, after, ignore=["trial_id"])
+    assert after["runs"]["trial_id"].equals(before["runs"]["trial_id"])
+    # every launch on the record: the study, its --final, its --resume
+    meta = json.loads((tmp_path / "study" / "study.json").read_text())
+    assert [a["final_only"] for a in meta["attempts"]] == [False, True, False]
+    assert meta["status"] == "finished"
+
+
+def _tables(out) -> dict[str, pd.DataFrame]:
+    return {
+        "runs": read_table(out, "runs").sort_values("run_id").reset_index(drop=True),
+        "trials": read_table(out, "trials"),
+    }
+
+
+def _assert_same_tables(a: dict, b: dict, ignore: list[str] | None = None) -> None:
+    for name in a:
+        x, y = (t[name].drop(columns=ignore or []) for t in (a, b))
+        pd.testing.assert_frame_equal(x, y, check_exact=True)
 
 
 def test_hyperband_pauses_trials_and_a_resumed_one_equals_an_uninterrupted_run(tmp_path):
