@@ -20,15 +20,16 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _submit(cmd: list[str], **kwargs) -> subprocess.CompletedProcess:
-    """``ray job submit``, retried while the new head's job agent is still starting (it answers
-    "No available agent" for a few seconds after `ray start`)."""
+def _submit(dash: int, env: dict, job: list[str], timeout: int) -> subprocess.CompletedProcess:
+    """``ray job submit --address … JOB`` to the head's dashboard, retried while its job agent
+    is still starting (it answers "No available agent" for a few seconds after `ray start`)."""
+    cmd = [shutil.which("ray") or "ray", "job", "submit", "--address", f"http://127.0.0.1:{dash}"]
     for _ in range(12):
-        job = subprocess.run(cmd, **kwargs)
-        if "No available agent" not in job.stdout + job.stderr:
-            return job
+        done = subprocess.run(cmd + job, env=env, capture_output=True, text=True, timeout=timeout)
+        if "No available agent" not in done.stdout + done.stderr:
+            return done
         time.sleep(5)
-    return job
+    return done
 
 
 def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
@@ -84,28 +85,10 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
         assert len(gcs) == 1 and not gcs[0].endswith(f":{port}"), own.stdout
         results = tmp_path / "job-results"
         job = _submit(
-            [
-                ray_cli,
-                "job",
-                "submit",
-                "--address",
-                f"http://127.0.0.1:{dash}",
-                "--working-dir",
-                str(ROOT),
-                "--",
-                "reuse-ray",
-                "run",
-                "sweeps/quickstart.yaml",
-                "--set",
-                "fl.rounds=2",
-                "--set",
-                "train.epochs=1",
-                "--results",
-                str(results),
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
+            dash,
+            env,
+            ["--working-dir", str(ROOT), "--", "reuse-ray", "run", "sweeps/quickstart.yaml"]
+            + ["--set", "fl.rounds=2", "--set", "train.epochs=1", "--results", str(results)],
             timeout=600,
         )
         assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
@@ -124,28 +107,11 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
             "env_vars": {"REUSE_RAY_RESULTS": str(root)},
         }
         job = _submit(
-            [
-                ray_cli,
-                "job",
-                "submit",
-                "--address",
-                f"http://127.0.0.1:{dash}",
-                "--runtime-env-json",
-                json.dumps(runtime_env),
-                "--",
-                "reuse-ray",
-                "sweep",
-                "sweeps/quickstart.yaml",
-                "--set",
-                "base.fl.rounds=2",
-                "--set",
-                "search.num_samples=2",
-                "--set",
-                "final.seeds=[1001]",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
+            dash,
+            env,
+            ["--runtime-env-json", json.dumps(runtime_env), "--", "reuse-ray", "sweep"]
+            + ["sweeps/quickstart.yaml", "--set", "base.fl.rounds=2", "--set"]
+            + ["search.num_samples=2", "--set", "final.seeds=[1001]"],
             timeout=900,
         )
         assert job.returncode == 0, job.stdout[-3000:] + job.stderr[-3000:]
