@@ -149,12 +149,31 @@ def _unavailable(
 # --------------------------------------------------------------------------- embedded / synthetic
 
 
-def _digits(cfg) -> FederatedData:
-    from sklearn.datasets import load_digits
+def digits_arrays() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits (1,797 images of 8×8 values 0..16, their labels), read from the
+    CSV file scikit-learn ships, as ``sklearn.datasets.load_digits`` reads it — without
+    importing scikit-learn, whose import (SciPy's, about 1.6 s) every run, trial and worker on
+    the embedded data paid. Where the file is not where it ships, that function."""
+    import gzip
+    import importlib.util
 
-    d = load_digits()
-    x = d.images.astype(np.uint8)[:, None, :, :]  # values 0..16
-    y = d.target.astype(np.int64)
+    package = importlib.util.find_spec("sklearn")
+    where = package.submodule_search_locations if package else None
+    path = Path(where[0], "datasets", "data", "digits.csv.gz") if where else None
+    if path is None or not path.is_file():
+        from sklearn.datasets import load_digits
+
+        d = load_digits()
+        return d.images, d.target
+    with gzip.open(path, mode="rt", encoding="utf-8") as f:
+        data = np.loadtxt(f, delimiter=",")
+    return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(int)
+
+
+def _digits(cfg) -> FederatedData:
+    images, target = digits_arrays()
+    x = images.astype(np.uint8)[:, None, :, :]  # values 0..16
+    y = target.astype(np.int64)
     rest, test = stratified_split(y, 0.2, generator(cfg.split_seed, Purpose.DATA_SPLIT, 1))
     train, val = _carve_val(x[rest], y[rest], cfg.val_fraction, cfg.split_seed)
     info = DatasetInfo("digits", 10, (1, 8, 8), 1 / 16, (0.30,), (0.40,), "none")

@@ -35,6 +35,30 @@ def test_digits_is_embedded_stratified_and_deterministic():
     assert not np.array_equal(a.val.y, c.val.y) or not np.array_equal(a.val.x, c.val.x)
 
 
+def test_digits_are_scikit_learns_read_without_importing_it():
+    """The embedded data is scikit-learn's digits, value for value, read from the file it
+    ships; loading it imports neither scikit-learn nor SciPy (a second and a half of every run's
+    start-up on it)."""
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from reuse_ray.data.registry import digits_arrays
+
+    images, target = digits_arrays()
+    d = load_digits()
+    assert np.array_equal(images, d.images) and images.dtype == d.images.dtype
+    assert np.array_equal(target, d.target) and target.dtype == d.target.dtype
+    probe = (
+        "import sys\nfrom reuse_ray.config import DataConfig\nfrom reuse_ray.data import "
+        "load_dataset\nload_dataset(DataConfig(name='digits'))\n"
+        "print(sorted(m for m in ('sklearn', 'scipy') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr[-2000:]
+
+
 def test_test_split_is_lazy_counted_and_can_be_forbidden():
     d = load_dataset(DataConfig(name="synthetic", synthetic_samples=200))
     assert d.test_reads == 0
