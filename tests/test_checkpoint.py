@@ -97,7 +97,7 @@ class _Marker:
 
 def test_resume_reads_every_trials_newest_checkpoint_first_and_names_a_bad_one(tmp_path):
     from reuse_ray.errors import UserError
-    from reuse_ray.tuning.launch import check_trial_checkpoints
+    from reuse_ray.tuning.tune_files import check_trial_checkpoints
 
     exp = tmp_path / "_tune" / "s-search"
     good = checkpoint.dumps({"round": 4, "w": torch.arange(3.0)})

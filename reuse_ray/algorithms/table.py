@@ -44,10 +44,6 @@ def use_store(store: LeafStore) -> None:
     _STORE = store
 
 
-def current_store() -> LeafStore:
-    return _STORE
-
-
 def value_nbytes(value: Any) -> int:
     """Bytes a value holds: a packed update's payload, a tensor's storage, nested tensors."""
     n = getattr(value, "nbytes", None)

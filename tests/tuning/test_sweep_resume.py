@@ -40,8 +40,17 @@ SWEEP = {
 }
 
 
+# the CLI, and at its end the heavy modules its driver imported (a sweep's driver schedules
+# trials and writes tables and the report: it has no use for torch, ~0.45 GB and ~2 s)
+CLI = (
+    "import sys; from reuse_ray.cli import main; code = main(); "
+    "print('driver imported:', sorted({'torch', 'tensorboardX'} & set(sys.modules)), "
+    "file=sys.stderr); raise SystemExit(code)"
+)
+
+
 def _cli(*args: str) -> list[str]:
-    return [sys.executable, "-c", "from reuse_ray.cli import main; raise SystemExit(main())", *args]
+    return [sys.executable, "-c", CLI, *args]
 
 
 TEMP = ray_temp_dir()  # every Ray this module starts lives under it (RAY_TMPDIR)
@@ -73,12 +82,16 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _kill_when(spec: Path, hit: Path, ready, deadline_s: float, never: str) -> None:
-    """Run the sweep's CLI into ``hit`` and SIGKILL its driver (and the Ray it started) as soon
-    as ``ready(runs, written)`` holds: the runs table, and the last round written per running
-    run (0 for one with none yet)."""
+def _args(spec: Path, results: Path) -> list[str]:
+    return ["sweep", str(spec), "--results", str(results)]
+
+
+def _kill_when(args: list[str], hit: Path, ready, deadline_s: float, never: str) -> None:
+    """Run the CLI with ``args`` (writing into ``hit``) and SIGKILL its driver (and the Ray it
+    started) as soon as ``ready(runs, written)`` holds: the runs table, and the last round
+    written per running run (0 for one with none yet)."""
     proc = subprocess.Popen(
-        _cli("sweep", str(spec), "--results", str(hit)),
+        _cli(*args),
         env=_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
@@ -122,7 +135,8 @@ def sweep_file(tmp_path_factory) -> Path:
 def calm(sweep_file, tmp_path_factory) -> Path:
     """The sweep run once, undisturbed: what every interrupted and resumed one must equal."""
     out = tmp_path_factory.mktemp("calm") / "res"
-    _sweep_to_the_end(sweep_file, out)
+    done = _sweep_to_the_end(sweep_file, out)
+    assert "driver imported: []" in done.stderr, done.stderr[-2000:]
     return out
 
 
@@ -134,24 +148,6 @@ def _assert_same_as(calm: Path, hit: Path) -> None:
     assert (b["runs"]["status"] == "finished").all() and len(b["runs"]) == 5
     trials = read_table(hit, "trials")
     assert len(trials) == 4 and trials["status"].eq("finished").all()
-
-
-def test_kill_driver_then_resume_matches_an_uninterrupted_sweep(tmp_path, sweep_file, calm):
-    spec, hit = sweep_file, tmp_path / "hit"
-    # kill once some trial has finished and another has at most 4 of its 10 rounds written:
-    # the search is then at least 6 rounds from its end, so the kill lands mid-search
-    _kill_when(
-        spec,
-        hit,
-        lambda runs, written: _finished(runs) >= 1 and (written <= 4).any(),
-        300,
-        "the sweep never reached a mid-way state",
-    )
-    # really interrupted mid-way: the search never finished, the final stage never started
-    interrupted = read_table(hit, "runs")
-    assert not (hit / "trials").exists() and (interrupted["stage"] == "search").all()
-    _sweep_to_the_end(spec, hit, "--resume")
-    _assert_same_as(calm, hit)
 
 
 def _ctrl_c(
@@ -206,12 +202,15 @@ def _sweep_to_the_end(sweep_file: Path, results: Path, *more: str) -> subprocess
     return done
 
 
-def test_ctrl_c_in_either_stage_says_so_and_resume_matches_an_uninterrupted_sweep(
+def test_ctrl_c_a_killed_driver_and_ctrl_c_again_then_resume_matches_an_uninterrupted_sweep(
     tmp_path, sweep_file, calm
 ):
+    """One sweep interrupted three ways, resumed after each: Ctrl-C in the search stage, the
+    driver killed mid-search (SIGKILL: nothing recorded on the way out), Ctrl-C in the final
+    stage; its Parquet at the end is the undisturbed sweep's."""
     hit = tmp_path / "hit"
     # Ctrl-C in the search stage: exit 130, one line, nothing chosen, no final stage, no report
-    first = _ctrl_c(["sweep", str(sweep_file), "--results", str(hit)], hit, "search")
+    first = _ctrl_c(_args(sweep_file, hit), hit, "search")
     assert first.returncode == 130, first.stdout[-2000:] + first.stderr[-2000:]
     assert INTERRUPTED_LINE in first.stderr
     assert "best configuration" not in first.stdout and "final stage" not in first.stdout
@@ -221,9 +220,20 @@ def test_ctrl_c_in_either_stage_says_so_and_resume_matches_an_uninterrupted_swee
     assert runs["stage"].eq("search").all()
     assert runs["status"].eq("interrupted").any() and not runs["status"].eq("stopped").any()
     assert runs["status"].isin(["finished", "interrupted"]).all()
+    # --resume, its driver killed once some trial has finished and another has at most 4 of
+    # its 10 rounds written: the search is then at least 6 rounds from its end
+    _kill_when(
+        [*_args(sweep_file, hit), "--resume"],
+        hit,
+        lambda runs, written: _finished(runs) >= 1 and (written <= 4).any(),
+        300,
+        "the resumed sweep never reached a mid-way state",
+    )
+    killed = read_table(hit, "runs")
+    assert not (hit / "trials").exists() and killed["stage"].eq("search").all()
     # --resume, then Ctrl-C in the final stage: the same, and no final-stage summary
     # (after round 3: the run has a checkpoint, from round 2, to resume from)
-    again = ["sweep", str(sweep_file), "--results", str(hit), "--resume"]
+    again = [*_args(sweep_file, hit), "--resume"]
     second = _ctrl_c(again, hit, "final", after_round=3)
     assert second.returncode == 130, second.stdout[-2000:] + second.stderr[-2000:]
     assert INTERRUPTED_LINE in second.stderr
@@ -305,7 +315,7 @@ def test_a_budgeted_search_killed_and_resumed_spends_its_budget_once(tmp_path):
     hit = tmp_path / "hit"
     # kill once two trials finished and the next have begun, well short of the 40 rounds left
     _kill_when(
-        spec,
+        _args(spec, hit),
         hit,
         lambda runs, written: _finished(runs) >= 2 and 0 < written.sum() <= 6,
         600,
