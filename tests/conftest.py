@@ -292,6 +292,16 @@ def received(client: int, value, n: int = 1):
     return Received(client, n, value)
 
 
+def init_ray_for_sweeps() -> None:
+    """This process's Ray for in-process sweeps and studies, with one CPU: a stage's trials run
+    one after another in one reused trial process (its imports, ~4 s of CPU, are most of a
+    tiny trial's cost). Trials side by side are tested where they matter: the schedulers'
+    module, and the resume tests' CLI sweeps (which start a Ray with every CPU)."""
+    import ray
+
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 nobody listens on now (for a server a test starts)."""
     import socket

@@ -17,7 +17,7 @@ import time
 import pandas as pd
 import pytest
 import ray
-from conftest import free_port
+from conftest import free_port, init_ray_for_sweeps
 
 from reuse_ray.results import read_table
 from reuse_ray.tuning import load_spec, run_sweep
@@ -88,7 +88,7 @@ def s3(tmp_path_factory):
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_runtime(s3):
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    init_ray_for_sweeps()
     yield
     ray.shutdown()
 

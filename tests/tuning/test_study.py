@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from conftest import init_ray_for_sweeps
 
 from reuse_ray.config import ConfigError
 from reuse_ray.tuning.parse import arm_points, load_spec, parse_experiment
@@ -136,7 +137,7 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
     from reuse_ray.results import read_table
 
     out = tmp_path / "study"
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    init_ray_for_sweeps()
     try:
         spec = load_spec(STUDY, [f"results_dir={out}"], scale="small")
         from reuse_ray.tuning.study import run_study

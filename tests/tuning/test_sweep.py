@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import ray
 import yaml
+from conftest import init_ray_for_sweeps
 
 from reuse_ray.config import ConfigError
 from reuse_ray.errors import UserError
@@ -46,7 +47,7 @@ def sweep(tmp_path, **blocks) -> dict:
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_runtime():
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+    init_ray_for_sweeps()
     yield
     ray.shutdown()
 
@@ -329,7 +330,7 @@ def test_trial_on_the_ray_engine_reserves_its_workers(tmp_path):
     raw = sweep(
         tmp_path,
         search={"searcher": "grid", "num_samples": 1, "grid": {"method.dg.gate": ["off"]}},
-        trial={"backend": "ray", "cpus": 0.5, "workers": 1},
+        trial={"backend": "ray", "cpus": 0.5, "workers": 1, "cpu_per_worker": 0.5},
     )
     run_sweep(parse_experiment(raw), say=lambda m: None)
     runs = read_table(tmp_path / "sweep", "runs")
