@@ -13,8 +13,8 @@ Every stage is written once, here:
    refuse a start over earlier results or a ``--resume``/``--final`` of nothing, set damaged
    files aside, say what will run;
 2. per workload: **search** (or with ``--final`` the finished search the results hold) →
-   **trials table** → **selection** (robust re-evaluation within it) → the **final stage** on
-   fresh seeds;
+   **trials table** → robust **re-evaluation** of the best candidates on further search seeds
+   (where asked) → **selection** → the **final stage** on fresh seeds;
 3. **record** how it ended and write the **report**.
 
 What differs between the two kinds of file is a :class:`Plan` per workload — how its
@@ -31,6 +31,7 @@ import pandas as pd
 
 from ..errors import UserError
 from ..results.storage import Storage, display
+from . import reeval
 from .launch import Launcher, derive_concurrency, set_aside_damaged
 from .spec import ExperimentSpec, WorkloadSpec
 from .trials import write_trials
@@ -41,14 +42,19 @@ class Plan(Protocol):
     methods are the steps its kind of file decides."""
 
     spec: WorkloadSpec
+    reference: float | None  # the retention objective's reference accuracy its trials report
 
     def search(self, run: Launcher) -> pd.DataFrame: ...  # the search stage; its trials
     def finished_search(self) -> pd.DataFrame: ...  # --final: the search the results hold
     # the results record this workload's search as finished and chosen from (a sweep's trials
     # table, a study's choices): --resume goes on from there, as --final does
     def search_finished(self) -> bool: ...
+    # the trials-table rows of a stage's points (None: a searcher's own draws) and results
+    def rows(self, stage: str, points: list | None, results) -> pd.DataFrame: ...
+    def candidates(self, trials: pd.DataFrame) -> pd.DataFrame: ...  # robust selection's
+    def reeval_line(self, n: int) -> str: ...
     # (what was chosen, the trials marked with it), on validation metrics only
-    def choose(self, run: Launcher, trials: pd.DataFrame) -> tuple[Any, pd.DataFrame]: ...
+    def choose(self, trials: pd.DataFrame) -> tuple[Any, pd.DataFrame]: ...
     def said_choice(self, chosen: Any, trials: pd.DataFrame, say) -> None: ...
     def finals(self, chosen: Any) -> list[dict[str, Any]]: ...  # config + fresh seed + label
     def final_line(self, n: int) -> str: ...
@@ -132,7 +138,7 @@ def run_workload(plan: Plan, run: Launcher, searched: bool):
     state may lag its tables (or be absent from a copied folder), and a search walked again
     would recompute the runs a scheduler stopped."""
     trials = plan.finished_search() if searched else plan.search(run)
-    chosen, trials = plan.choose(run, trials)
+    chosen, trials = plan.choose(reevaluate(plan, run, trials))
     write_trials(plan.spec.results_dir, plan.spec.name, trials)
     plan.said_choice(chosen, trials, run.say)
     points = plan.finals(chosen)
@@ -142,6 +148,20 @@ def run_workload(plan: Plan, run: Launcher, searched: bool):
     finals = run.final(plan.spec, points)
     plan.after_final(chosen, trials, finals, run.say)
     return chosen, trials, finals
+
+
+def reevaluate(plan: Plan, run: Launcher, trials: pd.DataFrame) -> pd.DataFrame:
+    """Robust selection's stage (``search.reeval_top``; module ``reeval``): the plan's
+    candidates rerun on the further search seeds, validation only; the trials table with their
+    rows (stage ``reeval``) added, which selection then averages over."""
+    if not plan.spec.search.reeval_top:
+        return trials
+    cands = plan.candidates(trials)
+    what = plan.reeval_line(len(cands))
+    ran = reeval.run_stage(plan.spec, cands, run, what, reference=plan.reference)
+    if ran is None:
+        return trials
+    return pd.concat([trials, plan.rows("reeval", *ran)], ignore_index=True)
 
 
 def dated(spec, resume: bool, what: str = "sweep"):

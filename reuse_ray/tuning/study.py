@@ -46,7 +46,7 @@ from . import trials as table
 from .launch import final_points as launch_points
 from .parse import arm_points
 from .pipeline import Experiment, Plan, run_experiment
-from .reeval import gap_line, run_stage, selection_gaps
+from .reeval import gap_line, selection_gaps
 from .spec import ExperimentSpec, WorkloadSpec
 
 
@@ -192,28 +192,41 @@ class StudyPlan(Plan):
     def __init__(self, exp: StudyExperiment, w: str):
         study = exp.spec
         self.exp, self.study, self.w = exp, study, w
-        self.spec = study.workload(w)
+        self.spec, self.reference = study.workload(w), None
         self.points = [dict(p, label=a.name) for a in study.arms for p in arm_points(study, a)]
 
     def search(self, run) -> pd.DataFrame:
-        results = _search(self.study, self.spec, self.points, run, self.w)
-        return _trials(self.study, self.spec, self.points, results=results)
+        return self.rows(
+            "search", self.points, _search(self.study, self.spec, self.points, run, self.w)
+        )
 
     def finished_search(self) -> pd.DataFrame:
-        return _finished_search(self.study, self.spec, self.points, self.w)
+        trials = self.rows("search", self.points, None)
+        if not len(trials) or not trials["status"].eq("finished").any():
+            raise UserError(
+                f"--final needs a finished search: workload {self.w!r} has no finished search "
+                f"run in {display(self.study.results_dir)} — run the study (or --resume it) first"
+            )
+        return trials
 
     def search_finished(self) -> bool:
         return self.w in ((self.exp.old or {}).get("choices") or {})
 
-    def choose(self, run, trials: pd.DataFrame):
+    def rows(self, stage: str, points, results) -> pd.DataFrame:
+        """One row per point of ``stage`` (its Tune result, where the stage ran), in point
+        order; with a client-round budget, a point its arm's budget left untried has no row."""
+        entries = table.entries(stage, points, results)
+        objective = ",".join(self.study.objectives)
+        return table.build(self.spec, stage, entries, searcher="random", objective=objective)
+
+    def candidates(self, trials: pd.DataFrame) -> pd.DataFrame:
+        return study_select.candidates(trials, self.study)
+
+    def reeval_line(self, n: int) -> str:
+        return f"[{self.w}] robust selection: {n} candidate configurations"
+
+    def choose(self, trials: pd.DataFrame):
         study = self.study
-        if study.search.reeval_top:
-            cands = study_select.candidates(trials, study)
-            what = f"[{self.w}] robust selection: {len(cands)} candidate configurations"
-            ran = run_stage(self.spec, cands, run, what)
-            if ran is not None:
-                again = _trials(study, self.spec, ran[0], "reeval", ran[1])
-                trials = pd.concat([trials, again], ignore_index=True)
         trials = study_select.selection_values(trials, study)
         chosen = study_select.select(trials, study)
         levels, self.unable, self.limits = study_select.select_levels(trials, study, chosen)
@@ -258,20 +271,6 @@ def _search(spec: ExperimentSpec, sweep: WorkloadSpec, points: list, run, w: str
         total=f"at most {len(points)}" if budget else len(points),
         **_search_args(spec, sweep, points),
     )
-
-
-def _finished_search(
-    spec: ExperimentSpec, sweep: WorkloadSpec, points: list, w: str
-) -> pd.DataFrame:
-    """``--final``: the workload's search trials as its runs table records them; a search that
-    has no finished run there is the user's error."""
-    trials = _trials(spec, sweep, points)
-    if not len(trials) or not trials["status"].eq("finished").any():
-        raise UserError(
-            f"--final needs a finished search: workload {w!r} has no finished search run in "
-            f"{display(spec.results_dir)} — run the study (or --resume it) first"
-        )
-    return trials
 
 
 def _chosen_lines(
@@ -342,24 +341,6 @@ def choices_record(spec: ExperimentSpec, chosen, unable, limits) -> dict[str, An
         for arm, got in chosen.items()
     }
     return {"arms": arms, "unable": unable, "level_bytes": limits}
-
-
-def _trials(
-    spec: ExperimentSpec,
-    sweep: WorkloadSpec,
-    points: list[dict[str, Any]],
-    stage: str = "search",
-    results=None,
-) -> pd.DataFrame:
-    """One row per point of ``stage`` (its Tune result, where the stage ran), in point
-    order; with a client-round budget, a point its arm's budget left untried has no row."""
-    return table.build(
-        sweep,
-        stage,
-        table.entries(stage, points, results),
-        searcher="random",
-        objective=",".join(spec.objectives),
-    )
 
 
 def _search_args(spec: ExperimentSpec, sweep: WorkloadSpec, points: list) -> dict:

@@ -168,9 +168,21 @@ class SweepPlan(Plan):
     def search_finished(self) -> bool:
         return Storage.of(self.spec.results_dir).is_file(trials_file(self.spec.name))
 
-    def choose(self, run: Launcher, trials: pd.DataFrame):
+    def rows(self, stage: str, points, results) -> pd.DataFrame:
+        return search_trials(self.spec, results, self.reference, stage, points)
+
+    def candidates(self, trials: pd.DataFrame) -> pd.DataFrame:
+        s = self.spec.search
+        return selection.candidates(
+            trials, [s.objective], _bar(self.spec, trials), s.reeval_top, fallback=True
+        )
+
+    def reeval_line(self, n: int) -> str:
+        return f"robust selection: the best {n} configurations"
+
+    def choose(self, trials: pd.DataFrame):
         top = self.exp.final.top if self.exp.final else 1
-        chosen, trials = _choose(self.spec, top, run, trials, self.reference)
+        chosen, trials = _choose(self.spec, top, trials)
         trials["selected"] = trials["run_id"].isin(chosen["run_id"])
         return chosen, trials
 
@@ -277,26 +289,17 @@ def _search(spec: WorkloadSpec, run: Launcher, reference: float | None) -> pd.Da
     return trials
 
 
-def _choose(
-    spec: WorkloadSpec, top: int, run: Launcher, trials: pd.DataFrame, reference: float | None
-) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _choose(spec: WorkloadSpec, top: int, trials: pd.DataFrame):
     """(the configurations the final stage reruns, the trials table): every protocol point;
     the Pareto front; else the best by :mod:`.selection`'s rule (the searcher's objective,
-    with a fallback below the retention bar), after re-evaluation on further search seeds if
-    asked."""
+    with a fallback below the retention bar), by the means over the further search seeds
+    where robust selection re-evaluated its candidates (:func:`.pipeline.reevaluate`)."""
     s = spec.search
     if s.searcher == "none":
         return trials, trials
     if s.objective == "pareto":
         return _pareto(trials, top), trials
     bar = _bar(spec, trials)
-    if s.reeval_top:
-        cands = selection.candidates(trials, [s.objective], bar, s.reeval_top, fallback=True)
-        what = f"robust selection: the best {len(cands)} configurations"
-        ran = reeval.run_stage(spec, cands, run, what, reference=reference)
-        if ran is not None:
-            again = search_trials(spec, ran[1], reference, "reeval", ran[0])
-            trials = pd.concat([trials, again], ignore_index=True)
     values = selection.values(trials, s.reeval_seeds)
     once = values.drop_duplicates("run_id")  # a searcher that repeated a point: chosen once
     got = selection.choose(once, [s.objective], bar, top, bool(s.reeval_top), fallback=True)
