@@ -158,18 +158,37 @@ class SweepPlan(Plan):
         if self.spec.search.searcher == "none":
             return _protocol_trials(self.spec)
         self.reference = _reference_val(self.spec, run.say)
-        return _search(self.spec, run, self.reference)
+        results, budget = _search(self.spec, run, self.reference)
+        trials = self.rows("search", None, results)
+        if budget is not None:
+            run.say(
+                f"client-round budget: {budget.spent()} of {self.spec.search.client_rounds} "
+                f"spent by {len(trials)} configurations"
+            )
+        return trials
 
     def finished_search(self) -> pd.DataFrame:
-        if self.spec.search.searcher == "none":
-            return _protocol_trials(self.spec)
-        return _finished_search(self.spec)
+        """``--final``: the trials table an earlier search wrote (its search rows: the
+        re-evaluation stage is rerun, or read back where it finished)."""
+        spec = self.spec
+        if spec.search.searcher == "none":
+            return _protocol_trials(spec)
+        store = Storage.of(spec.results_dir)
+        if not store.is_file(trials_file(spec.name)):
+            where = join(spec.results_dir, trials_file(spec.name))
+            raise UserError(f"--final needs a finished search: {where} is missing")
+        trials = pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
+        return trials[trials["stage"].ne("reeval")].reset_index(drop=True)
 
     def search_finished(self) -> bool:
         return Storage.of(self.spec.results_dir).is_file(trials_file(self.spec.name))
 
     def rows(self, stage: str, points, results) -> pd.DataFrame:
-        return search_trials(self.spec, results, self.reference, stage, points)
+        """One row per trial of a stage (``search``: per Tune result, the searcher's draws;
+        ``reeval``: per point), scored by the sweep's objective."""
+        s, entries = self.spec.search, table.entries(stage, points, results)
+        rows = table.build(self.spec, stage, entries, searcher=s.searcher, objective=s.objective)
+        return table.score(rows, self.spec, self.reference)
 
     def candidates(self, trials: pd.DataFrame) -> pd.DataFrame:
         s = self.spec.search
@@ -230,35 +249,9 @@ def _protocol_trials(spec: WorkloadSpec) -> pd.DataFrame:
     return trials.assign(selected=True)
 
 
-def search_trials(
-    spec: WorkloadSpec, results, reference, stage: str = "search", points=None
-) -> pd.DataFrame:
-    """One row per trial of a sweep stage (``search``: per Tune result; ``reeval``: per point),
-    scored by the sweep's objective."""
-    rows = table.build(
-        spec,
-        stage,
-        table.entries(stage, points, results),
-        searcher=spec.search.searcher,
-        objective=spec.search.objective,
-    )
-    return table.score(rows, spec, reference)
-
-
-def _finished_search(spec: WorkloadSpec) -> pd.DataFrame:
-    """``--final``: the trials table an earlier search wrote."""
-    store = Storage.of(spec.results_dir)
-    if not store.is_file(trials_file(spec.name)):
-        where = join(spec.results_dir, trials_file(spec.name))
-        raise UserError(f"--final needs a finished search: {where} is missing")
-    trials = pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
-    # its search rows: selection reruns (or, finished, reads back) the re-evaluation stage
-    return trials[trials["stage"].ne("reeval")].reset_index(drop=True)
-
-
-def _search(spec: WorkloadSpec, run: Launcher, reference: float | None) -> pd.DataFrame:
+def _search(spec: WorkloadSpec, run: Launcher, reference: float | None):
     """The validation-only search stage (early-ending under its scheduler and client-round
-    budget, if any); its trials table."""
+    budget, if any); (its Tune results, the budget's ledger or None)."""
     # HyperBand's brackets need every trial at once (launch._synchronous)
     alg, metric, mode, space = make_searcher(
         spec, 0 if spec.search.scheduler == "hyperband" else run.concurrency
@@ -280,13 +273,7 @@ def _search(spec: WorkloadSpec, run: Launcher, reference: float | None) -> pd.Da
         total=spec.trials_total(),
         reference=reference,
     )
-    trials = search_trials(spec, results, reference)
-    if budget is not None:
-        run.say(
-            f"client-round budget: {budget.spent()} of {spec.search.client_rounds} spent "
-            f"by {len(trials)} configurations"
-        )
-    return trials
+    return results, budget
 
 
 def _choose(spec: WorkloadSpec, top: int, trials: pd.DataFrame):
