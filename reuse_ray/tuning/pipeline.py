@@ -115,7 +115,8 @@ def open_experiment(exp: Experiment, resume, final_only, say, verbose, mlflow, a
     from ..distributed import ensure_ray
 
     ensure_ray(address or exp.spec.ray_address())
-    exp.spec = dated(exp.spec, resume or final_only, exp.what)
+    flag = "--resume" if resume else "--final"
+    exp.spec = dated(exp.spec, resume or final_only, exp.what, flag)
     open_folder(exp.spec, resume, final_only, exp.what, exp.started(final_only), say)
     import optuna
     import ray
@@ -164,9 +165,10 @@ def reevaluate(plan: Plan, run: Launcher, trials: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([trials, plan.rows("reeval", *ran)], ignore_index=True)
 
 
-def dated(spec, resume: bool, what: str = "sweep"):
+def dated(spec, resume: bool, what: str = "sweep", flag: str = "--resume"):
     """The spec (a sweep's or a study's) with its own folder: a folder of dated experiments
-    gets a fresh dated folder (``--resume``/``--final``: its newest)."""
+    gets a fresh dated folder (``resume``, asked by ``flag`` — ``--resume`` or ``--final``: its
+    newest)."""
     import dataclasses
 
     from ..results.storage import dated_folder, latest_dated
@@ -177,8 +179,8 @@ def dated(spec, resume: bool, what: str = "sweep"):
         newest = latest_dated(spec.results_dir)
         if newest is None:
             raise UserError(
-                f"--resume: no earlier {what} {spec.name!r} under "
-                f"{display(spec.results_dir)} — run it without --resume, or give "
+                f"{flag}: no earlier {what} {spec.name!r} under "
+                f"{display(spec.results_dir)} — run it without {flag}, or give "
                 "its folder with --results"
             )
         return dataclasses.replace(spec, results_dir=newest, dated=False)

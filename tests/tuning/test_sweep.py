@@ -413,8 +413,21 @@ def test_resume_without_an_earlier_dated_sweep_is_one_clear_error(tmp_path, monk
     raw = yaml.safe_load(
         Path(__file__).resolve().parents[2].joinpath("sweeps/quickstart.yaml").read_text()
     )
-    with pytest.raises(UserError, match="no earlier sweep 'quickstart'"):
+    with pytest.raises(UserError, match="^--resume: no earlier sweep 'quickstart'"):
         sweep_folder(parse_experiment(raw), resume=True)
+    # --final of nothing names --final, not --resume
+    with pytest.raises(UserError, match="^--final: no earlier sweep .* run it without --final,"):
+        sweep_folder(parse_experiment(raw), resume=True, flag="--final")
+
+
+def test_final_of_no_earlier_dated_sweep_names_final(tmp_path, monkeypatch):
+    from reuse_ray.errors import UserError
+
+    monkeypatch.setenv("REUSE_RAY_RESULTS", str(tmp_path / "root"))
+    raw = dict(sweep(tmp_path), results_dir="dated/qs")
+    with pytest.raises(UserError, match="^--final: no earlier sweep .* run it without --final,"):
+        run_sweep(parse_experiment(raw), final_only=True, say=lambda m: None)
+    assert not (tmp_path / "root" / "dated" / "qs").exists()
 
 
 def test_resume_with_nothing_to_resume_at_the_folder_says_so_and_starts_nothing(tmp_path):
