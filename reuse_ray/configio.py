@@ -210,8 +210,15 @@ SWEEP_KEYS = (
 
 
 def load_config_dict(path: str | Path) -> dict[str, Any]:
-    """Read a run config YAML; a sweep file's ``base:`` block is the run config."""
+    """Read a run config YAML; a sweep file's ``base:`` block is the run config (a study file
+    is refused: it names several)."""
     raw = load_yaml_mapping(path, "config file")
+    if raw.get("kind") == "study":
+        raise ConfigError(
+            "kind",
+            f"{path} is a study file (several workloads and arms), not one run; run the study "
+            f"with `reuse-ray sweep {path}`, or one run from a run config or a sweep file",
+        )
     if "base" in raw:
         stray = sorted(k for k in raw if k not in SWEEP_KEYS)
         if stray:

@@ -201,6 +201,11 @@ REPORTED = [  # the inputs of the issue
     ("sweep-missing", lambda tmp: ["sweep", str(tmp / "no.yaml")], "sweep file not found: '"),
     ("sweep-dir", lambda tmp: ["sweep", str(tmp)], "is a directory"),
     ("base-drops-keys", run_file({"base": RUN, "fl": {"rounds": 3}}), "belong under base:"),
+    (
+        "run-a-study-file",
+        run_file({"kind": "study", "workloads": {"w": RUN}}),
+        "is a study file (several workloads and arms), not one run; run the study with",
+    ),
     ("other-method-block", run_set("method.dg.rho=0.5"), "method.dg': a block of method"),
     (
         "unreachable-address",
