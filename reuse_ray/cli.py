@@ -136,9 +136,10 @@ def _report(args: argparse.Namespace) -> int:
         else:  # a study's own references
             arms = set(final.runs["arm"])
             refs = tuple(r for r in (study or {}).get("compare_to", ()) if r in arms)
+        table = markdown(leaderboard(final, args.round, refs), digits=3)  # checks first
         if study:
             _print(study_header(study, res))
-        _print(markdown(leaderboard(final, args.round, refs), digits=3))
+        _print(table)
         if study:
             from analysis.frontier import sections
 

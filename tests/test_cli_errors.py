@@ -568,6 +568,15 @@ def test_an_exception_in_the_users_method_file_is_their_error_with_their_frames(
     assert not any("reuse_ray/" in ln for ln in frames)  # the user's frames only
 
 
+def test_a_studys_leaderboard_with_a_bad_reference_prints_nothing_but_the_error(capsys):
+    # the study's header line used to go out before the reference was checked
+    study = Path(__file__).resolve().parents[1] / "results" / "study_fashionmnist"
+    assert main(["report", str(study), "--leaderboard", "--reference", "nosuch"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("reuse-ray: --reference 'nosuch' is not an arm") and err.count("\n") == 1
+
+
 def test_the_leaderboard_takes_its_reference_from_the_command_line(done, capsys):
     assert main(["report", str(done), "--leaderboard", "--reference", "fedavg"]) == 0
     out = capsys.readouterr().out
