@@ -94,19 +94,22 @@ def _read_once(location: str | Path, table: str, live: bool = True) -> pd.DataFr
     unified = pa.unify_schemas(schemas, promote_options="permissive")
     if PARTITION_COLUMN not in unified.names:
         unified = unified.append(pa.field(PARTITION_COLUMN, pa.string()))
-    dataset = ds.dataset(
-        files,
-        schema=unified,
-        filesystem=fs,
-        format="parquet",
-        partitioning=ds.partitioning(
-            pa.schema([pa.field(PARTITION_COLUMN, pa.string())]), flavor="hive"
-        ),
-        partition_base_dir=base,
+    partitioning = ds.partitioning(
+        pa.schema([pa.field(PARTITION_COLUMN, pa.string())]), flavor="hive"
     )
     try:
+        # the dataset checks every file is there (FileNotFoundError: one went since its footer
+        # was read), then reads them
+        dataset = ds.dataset(
+            files,
+            schema=unified,
+            filesystem=fs,
+            format="parquet",
+            partitioning=partitioning,
+            partition_base_dir=base,
+        )
         return dataset.to_table().to_pandas()
-    except (pa.ArrowException, OSError) as err:  # a file whose footer reads but whose data not
+    except (pa.ArrowException, OSError) as err:  # a file gone, or whose footer reads but not data
         for path in files:
             try:
                 with fs.open_input_file(path) as fh:
