@@ -218,13 +218,17 @@ def score(df: pd.DataFrame, spec: WorkloadSpec, reference: float | None) -> pd.D
 def _recorded(result, run_id: str | None, runs) -> dict[str, Any] | None:
     """(status, trial id, validation accuracy, bytes, saving, round reached, error) of a
     trial: the runs table's record where it has the run, else what the trial reported; a
-    trial that raised or that a user error ended is ``error`` either way; None: neither."""
+    trial that raised or that a user error ended is ``error`` — unless the runs table records
+    its run finished (Tune's error came after the run's end, e.g. restoring a trial whose
+    run finished after Tune's last saved state from a checkpoint pruned since: the run, its
+    rows and its values are whole); None: neither."""
     metrics = (result.metrics or {}) if result is not None else {}
     failed = result is not None and (result.error is not None or metrics.get("status") == "error")
     error = _error_text(result.error) if failed and result.error else metrics.get("error")
-    rec = None
+    rec, finished = None, False
     if run_id is not None and runs is not None and run_id in runs.index:
         r = runs.loc[run_id]
+        finished = str(r["status"]) == "finished"
         # the runs table is the record: a run that diverged before its first evaluation has
         # no validation accuracy there, whatever Tune was told to keep its searcher going
         rec = {
@@ -234,7 +238,7 @@ def _recorded(result, run_id: str | None, runs) -> dict[str, Any] | None:
             "cum_up_restricted": _num(r["cum_up_restricted"]),
             "cum_saving_restricted": _num(r["cum_saving_restricted"]),
             "round_reached": int(r["rounds_completed"]),
-            "error": error or r["error"],
+            "error": r["error"] if finished else error or r["error"],
         }
     elif result is not None:
         rec = {
@@ -247,7 +251,7 @@ def _recorded(result, run_id: str | None, runs) -> dict[str, Any] | None:
         }
     if rec is not None and result is not None:
         rec["trial_id"] = metrics.get("trial_id")
-        if failed:
+        if failed and not finished:
             rec["status"] = "error"
     return rec
 

@@ -1,0 +1,50 @@
+"""What the trials table records of a trial: the runs table's record first. A trial Tune marks
+errored after its run finished and was recorded (restored, after a killed driver, from a
+checkpoint pruned since) keeps the finished run's status and values; a trial whose run did not
+finish is ``error``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from reuse_ray.tuning.trials import _recorded
+
+PRUNED = ValueError("Could not recover from checkpoint as it does not exist on storage anymore.")
+
+
+@dataclass
+class Result:
+    metrics: dict = field(default_factory=dict)
+    error: BaseException | None = None
+
+
+def _runs(status: str, error=None) -> pd.DataFrame:
+    row = {
+        "run_id": "r1",
+        "status": status,
+        "trial_id": "t_00000",
+        "final_val_acc": 0.75,
+        "cum_up_restricted": 1000.0,
+        "cum_saving_restricted": 0.5,
+        "rounds_completed": 10,
+        "error": error,
+    }
+    return pd.DataFrame([row]).set_index("run_id")
+
+
+def test_a_run_recorded_finished_stays_finished_whatever_tune_said_afterwards():
+    rec = _recorded(Result({"trial_id": "t_00000"}, PRUNED), "r1", _runs("finished"))
+    assert rec["status"] == "finished" and rec["error"] is None
+    assert (rec["val_acc"], rec["round_reached"], rec["trial_id"]) == (0.75, 10, "t_00000")
+
+
+def test_a_trial_that_failed_before_its_run_finished_is_an_error_with_tunes_reason():
+    rec = _recorded(Result({"trial_id": "t_00000"}, PRUNED), "r1", _runs("running"))
+    assert rec["status"] == "error" and rec["error"].startswith("Could not recover")
+    reported = Result({"status": "error", "error": "UserError: bad", "trial_id": "t_00000"})
+    assert _recorded(reported, "r1", _runs("diverged"))["status"] == "error"
+    # no runs row at all: what the trial reported, an error
+    alone = _recorded(Result({"trial_id": "t_00000"}, PRUNED), "r1", None)
+    assert alone["status"] == "error" and alone["error"].startswith("Could not recover")
