@@ -155,6 +155,11 @@ class FLConfig:
     # adversarial (MIFA): p_i = p_min + (p_max − p_min)·min_label_i/(K − 1)
     avail_min: float = 0.1  # adversarial participation: the lowest availability probability
     avail_max: float = 1.0  # adversarial participation: the highest availability probability
+    # uplink levels f (design: Readings at uplink levels): a budget of f·T·K·B0 bytes each
+    # (dense FedAvg's uplink over the planned rounds); the run reads the model at the last
+    # round whose cumulative uplink stays within it, in both ledgers: validation, and the test
+    # split once per level where the stage may read it (table ``levels``)
+    uplink_levels: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         check_choice("participation", self.participation, PARTICIPATION)
@@ -176,6 +181,12 @@ class FLConfig:
         check_range("rounds", self.rounds, 1)
         check_range("eval_every", self.eval_every, 1)
         check_range("server_lr", self.server_lr, 0.0, lo_open=True)
+        if any(not 0.0 < f <= 1.0 for f in self.uplink_levels):
+            raise ConfigError(
+                "uplink_levels",
+                f"{list(self.uplink_levels)!r}; allowed: fractions in (0, 1] of dense FedAvg's "
+                "uplink over the planned rounds",
+            )
         if self.clients_per_round > self.num_clients:
             raise ConfigError(
                 "clients_per_round",
@@ -338,6 +349,8 @@ class RunConfig:
             payload.pop("data.train_subset", None)
         if not self.data.test_subset:
             payload.pop("data.test_subset", None)
+        if not self.fl.uplink_levels:
+            payload.pop("fl.uplink_levels", None)
         if self.engine.vectorize:
             payload["engine.vectorize_group"] = self.engine.vectorize_group
         if self.engine.channels_last:

@@ -191,6 +191,7 @@ def column_sections() -> list[tuple[str, list[dict[str, str]]]]:
         ("rounds", list(schema.ROUNDS)),
         ("client_events", list(schema.CLIENT_EVENTS)),
         ("clients", list(schema.CLIENTS)),
+        ("levels", list(schema.LEVELS)),
         ("trials", list(schema.TRIALS)),
     ):
         section = _section_source(src, table)
@@ -215,12 +216,14 @@ def _section_source(src: str, table: str) -> str:
         "rounds": "ROUNDS = pa.schema(",
         "client_events": "CLIENT_EVENTS = pa.schema(",
         "clients": "CLIENTS = pa.schema(",
+        "levels": "LEVELS = pa.schema(",
         "trials": "TRIALS = pa.schema(",
     }[table]
     start = src.find(marker)
     if start < 0:
         return ""
-    end = src.find("\n]", start)
+    # a list of fields ends at its closing bracket, a pa.schema([...]) call at its parenthesis
+    end = src.find("\n)" if marker.endswith("(") else "\n]", start)
     return textwrap.indent(src[start:end], "    ") if end > 0 else ""
 
 

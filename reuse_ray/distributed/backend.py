@@ -272,12 +272,14 @@ class RayBackend(ServerRecovery, BackendBase):
 
         return self._survive(call)
 
-    def _evaluation(self, split: ArraySplit | None = None) -> WorkerValidation:
+    def _evaluation(
+        self, split: ArraySplit | None = None, w_ref: ray.ObjectRef | None = None
+    ) -> WorkerValidation:
         """The evaluation of w_t on ``split`` (default: the validation split) as parts of
         whole evaluation batches, up to two per worker; each part's cost is a forward pass in
         the pool's unit (a client's samples, each trained forward and backward, about three
         forwards, in every local epoch)."""
-        w_ref = self._weights_ref()
+        w_ref = self._weights_ref() if w_ref is None else w_ref
         n = self._val_size if split is None else len(split)
         if n is None:
             raise ValueError("this run's setup carries no validation split")
@@ -293,11 +295,18 @@ class RayBackend(ServerRecovery, BackendBase):
             parts.append(ValidationPart(w_ref, batches, cost, split_ref))
         return WorkerValidation(parts, n, self._validate_now)
 
-    def evaluate(self, split: ArraySplit | None = None) -> tuple[float, float]:
-        """(accuracy, loss) of w_t on ``split`` (default: the validation split; the test split
-        at the end), computed now by the client workers: the numbers the local engine gives
-        (same code, model, thread count and batch size; the batches' losses added in order)."""
-        return self._evaluation(split).result()
+    def evaluate(
+        self, split: ArraySplit | None = None, weights: ray.ObjectRef | None = None
+    ) -> tuple[float, float]:
+        """(accuracy, loss) of w_t (or of ``weights``, a :meth:`hold`) on ``split`` (default:
+        the validation split; the test split at the end), computed now by the client workers:
+        the numbers the local engine gives (same code, model, thread count and batch size; the
+        batches' losses added in order)."""
+        return self._evaluation(split, weights).result()
+
+    def hold(self) -> ray.ObjectRef:
+        """w_t as it is now: an object the driver owns, for a later :meth:`evaluate`."""
+        return self._weights_ref()
 
     def validate_next_round(self) -> WorkerValidation | None:
         """The validation of w_t (the server's current weights) as tasks of round t+1's

@@ -31,7 +31,10 @@ class Backend(Protocol):
     Each round: ``run_round`` plays round t; on evaluation rounds ``validate_next_round``
     returns a handle whose ``result()`` is the validation of w_t, run inside round t+1 (None:
     validate in line), and ``evaluate`` gives (accuracy, loss) of w_t on the validation split,
-    or on a split given (the test split, read once). ``checkpoint`` writes a
+    or on a split given (the test split, read once); ``hold`` keeps w_t as it is now (a handle
+    ``evaluate(split, weights=handle)`` reads later: a run with uplink levels holds each
+    round's start, since a level's reading round is known once the next round has played).
+    ``checkpoint`` writes a
     :class:`~reuse_ray.engine.recorder.RunCheckpoint` with the server's snapshot as bytes.
     At the end ``memory_bytes`` and ``close``.
 
@@ -61,7 +64,11 @@ class Backend(Protocol):
 
     def validate_next_round(self) -> PendingValidation | None: ...
 
-    def evaluate(self, split: ArraySplit | None = None) -> tuple[float, float]: ...
+    def evaluate(
+        self, split: ArraySplit | None = None, weights: Any = None
+    ) -> tuple[float, float]: ...
+
+    def hold(self) -> Any: ...
 
     def checkpoint(self, ckpt: Any) -> bytes: ...
 

@@ -33,6 +33,7 @@ class Played:
     wall: float
     val: Any
     checkpoint: bool
+    held: Any = None  # w_{t-1}, held before the round played (a run with uplink levels)
 
     @property
     def pending(self) -> bool:
@@ -61,15 +62,19 @@ class RoundDriver:
         first: int,
         probs: np.ndarray,
         checkpoint_every: int = 0,
+        hold: bool = False,
     ):
+        """``hold``: keep w_{t-1} with each round (:attr:`Played.held`), for readings at
+        uplink levels (:mod:`~reuse_ray.engine.levels`)."""
         self.cfg, self.backend, self.first, self.probs = cfg, backend, first, probs
-        self.checkpoint_every = checkpoint_every
+        self.checkpoint_every, self.hold = checkpoint_every, hold
         self.diverged_at: int | None = None
         self._pending: Played | None = None
 
     def __iter__(self) -> Iterator[Played]:
         fl, backend = self.cfg.fl, self.backend
         for t in range(self.first, fl.rounds + 1):
+            held = backend.hold() if self.hold else None
             t0 = time.perf_counter()
             report = backend.run_round(t, select_clients(self.cfg, t, self.probs))
             wall = time.perf_counter() - t0
@@ -90,7 +95,7 @@ class RoundDriver:
                     e0 = time.perf_counter()
                     val = backend.evaluate()
                     wall += time.perf_counter() - e0  # validated in line: part of the round
-            played = Played(t, report, wall, val, ckpt)
+            played = Played(t, report, wall, val, ckpt, held)
             if played.pending:
                 self._pending = played
             else:

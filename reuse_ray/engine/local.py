@@ -85,13 +85,20 @@ class LocalBackend(BackendBase):
     def weights(self) -> torch.Tensor:
         return self._check()[0].weights()
 
-    def evaluate(self, split: ArraySplit | None = None) -> tuple[float, float]:
-        """(accuracy, loss) of w_t on ``split`` (default: the validation split), by the worker:
-        the numbers the Ray engine's workers give."""
+    def evaluate(
+        self, split: ArraySplit | None = None, weights: torch.Tensor | None = None
+    ) -> tuple[float, float]:
+        """(accuracy, loss) of w_t (or of ``weights``, a :meth:`hold`) on ``split`` (default:
+        the validation split), by the worker: the numbers the Ray engine's workers give."""
         server, pool = self._check()
-        parts = pool.worker.validate(server.weights(), split=split)
+        w = server.weights() if weights is None else weights
+        parts = pool.worker.validate(w, split=split)
         split = self.setup.val if split is None else split
         return combine_batches(parts, len(split))
+
+    def hold(self) -> torch.Tensor:
+        """w_t as it is now, for a later :meth:`evaluate`."""
+        return self._check()[0].weights().clone()
 
     def checkpoint(self, ckpt: Any) -> bytes:
         """The checkpoint file of ``ckpt`` (a RunCheckpoint) with the server's snapshot."""

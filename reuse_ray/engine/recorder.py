@@ -28,7 +28,7 @@ class RunCheckpoint:
     cum: RoundBytes
     total_steps: int
     last_val: tuple[float, float] | None
-    rows: dict[str, list[dict[str, Any]]]  # rounds and client_events so far
+    rows: dict[str, list[dict[str, Any]]]  # rounds, client_events (and levels) so far
     server: Any  # the server's snapshot (a backend's handle to it, on the Ray driver)
     # the attempts that got the run here: how many, when the first started, and their wall
     # seconds up to this checkpoint (a checkpoint written before these were kept reads the
@@ -61,8 +61,8 @@ class Recorder:
 
     def resume(self, ckpt: RunCheckpoint) -> None:
         self.cum, self.total_steps, self.last_val = ckpt.cum, ckpt.total_steps, ckpt.last_val
-        for table in ("rounds", "client_events"):
-            self.writer.rows[table] = list(ckpt.rows[table])
+        for table in ("rounds", "client_events", "levels"):
+            self.writer.rows[table] = list(ckpt.rows.get(table, []))
 
     def record(self, t: int, report: RoundReport, val, wall: float) -> dict[str, Any]:
         """Add round t's rows; returns its ``rounds`` row."""
@@ -136,6 +136,8 @@ class Recorder:
         fills ``server`` (its snapshot) where it writes the file
         (:meth:`~reuse_ray.engine.backend.Backend.checkpoint`)."""
         rows = {k: list(self.writer.rows[k]) for k in ("rounds", "client_events")}
+        if self.writer.rows["levels"]:  # a run with uplink levels: its readings so far
+            rows["levels"] = list(self.writer.rows["levels"])
         return RunCheckpoint(
             t, self.cum, self.total_steps, self.last_val, rows, None, attempts, started_at, wall_s
         )

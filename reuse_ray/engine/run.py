@@ -30,6 +30,7 @@ from ..machine import check_environment
 from ..results.storage import anchored
 from .backend import Backend
 from .driver import Played, RoundDriver
+from .levels import LevelReader, level_bytes
 from .loop import observers_of, open_writer, partition_clients, run_row
 from .observers import Observer, Progress, RoundDone, RunEnded, RunStarted, StopRun
 from .recorder import Recorder, RunCheckpoint
@@ -108,6 +109,7 @@ class Run:
         self.resumed_from: int | None = None
         self.observers: list[Observer] = []
         self.driver: RoundDriver | None = None
+        self.levels: LevelReader | None = None
         self._summary: RunSummary | None = None
         owns_data = data is None  # loaded here, so this run may rebind its arrays
         try:
@@ -121,8 +123,14 @@ class Run:
             for o in observers_of(hooks, progress):
                 o.on_start(begin)
                 self.observers.append(o)
+            self.levels = self._level_reader()
             self.driver = RoundDriver(
-                cfg, backend, self.first_round, np.asarray(self.facts.probs), hooks.checkpoint_every
+                cfg,
+                backend,
+                self.first_round,
+                np.asarray(self.facts.probs),
+                hooks.checkpoint_every,
+                hold=self.levels is not None,
             )
             self._rounds = iter(self.driver)
             self.t_loop = time.perf_counter()
@@ -255,6 +263,25 @@ class Run:
         if resumed is not None:
             self.backend.restore(resumed.server)
 
+    def _level_reader(self) -> LevelReader | None:
+        """The readings at ``fl.uplink_levels`` (none without levels); the test split is read
+        at them where this stage may read it."""
+        fl = self.cfg.fl
+        if not fl.uplink_levels:
+            return None
+        limits = level_bytes(
+            fl.uplink_levels, fl.rounds, fl.clients_per_round, self.facts.dense_bytes
+        )
+        backend = self.backend
+        return LevelReader(
+            self.cfg.run_id,
+            self.cfg.seed,
+            limits,
+            lambda split, held: backend.evaluate(split, weights=held),
+            self.data.test if self.hooks.evaluate_test else None,
+            self.writer.rows["levels"],
+        )
+
     def _started(self) -> RunStarted:
         hooks, facts = self.hooks, self.facts
         label = hooks.label or (hooks.trial_id if hooks.stage == "search" else None)
@@ -278,7 +305,10 @@ class Run:
         mid-way never claims a round its tables lack."""
         p = played.resolved()
         recorder = self.recorder
+        before = recorder.cum
         row = recorder.record(p.round, p.report, p.val, p.wall)
+        if self.levels is not None:
+            self.levels.on_round(p.round, before, recorder.cum, p.held, p.val)
         self.completed = p.round
         checkpoint = live and p.checkpoint
         if p.val is not None or checkpoint:
@@ -307,6 +337,8 @@ class Run:
         """The runs row with the run's end, written; what the observers are told."""
         recorder, test, memory = self.recorder, self.test, self.memory
         last_val = recorder.last_val
+        if self.levels is not None:
+            self.levels.close(self.status, self.completed, recorder.cum, last_val, test)
         self.row.update(
             {
                 "status": self.status,

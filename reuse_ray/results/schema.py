@@ -6,6 +6,8 @@ Layout of a results directory (one dataset per table, hive-partitioned by method
     RESULTS/rounds/method=<name>/<run_id>.parquet         one row per run × round
     RESULTS/client_events/method=<name>/<run_id>.parquet  one row per run × round × selected client
     RESULTS/clients/method=<name>/<run_id>.parquet        one row per run × client (partition)
+    RESULTS/levels/method=<name>/<run_id>.parquet         one row per run × ledger × uplink level
+                                                          (runs with ``fl.uplink_levels`` only)
 
 ``method`` is the partition column, so it lives in the directory name, not inside the files;
 ``pandas.read_parquet(RESULTS / "rounds")`` returns it as a column.
@@ -33,7 +35,7 @@ import pyarrow as pa
 
 from ..config import flat_field_types
 
-TABLES = ("runs", "rounds", "client_events", "clients", "trials")
+TABLES = ("runs", "rounds", "client_events", "clients", "levels", "trials")
 PARTITION_COLUMN = "method"
 
 # running: in progress, or its process was killed outright; stopped: a scheduler or a budget
@@ -211,6 +213,38 @@ CLIENTS = pa.schema(
     ]
 )
 
+# how a level's reading was taken: crossed — round t is the last whose cumulative uplink stays
+# within the level (round t+1 crossed it); cap — the run reached its last round T within it;
+# over — round 1 alone spends more, so the reading is the initial model (round 0); a run that
+# ended before either (diverged, stopped, failed, interrupted) records its status, no values
+LEVEL_STATUS = ("crossed", "cap", "over", "diverged", "stopped", "failed", "interrupted")
+LEDGERS = ("restricted", "measured")  # the ledgers a level is read in (design: Ledgers)
+
+LEVELS = pa.schema(
+    [
+        pa.field("run_id", pa.string(), nullable=False),  # the run
+        pa.field("seed", pa.int64(), nullable=False),  # the run's seed
+        pa.field("ledger", pa.string(), nullable=False),  # restricted | measured
+        pa.field("level", pa.float64(), nullable=False),  # f, a fraction of fl.uplink_levels
+        # bytes: the level's budget, floor(f · T · K · B0) — dense FedAvg's uplink over the
+        # planned rounds T at K clients a round; the same number in both ledgers
+        pa.field("level_bytes", pa.int64()),
+        # crossed | cap | over (read), or the status of a run that ended before reading it:
+        # diverged | stopped | failed | interrupted
+        pa.field("status", pa.string(), nullable=False),
+        # the round whose global model was read (0: the initial model); null when unread
+        pa.field("round", pa.int64()),
+        # bytes: this ledger's cumulative uplink up to that round (≤ level_bytes)
+        pa.field("cum_up", pa.int64()),
+        pa.field("val_acc", pa.float64()),  # validation accuracy of that round's model
+        pa.field("val_loss", pa.float64()),  # its validation loss
+        # its test accuracy: the test split read once per distinct reading round, in stages
+        # that may read it (final stage, single runs); null in a search
+        pa.field("test_acc", pa.float64()),
+        pa.field("test_loss", pa.float64()),  # its test loss, read with test_acc
+    ]
+)
+
 TRIALS = pa.schema(
     [
         pa.field("sweep", pa.string(), nullable=False),  # the sweep (a study's <name>-<workload>)
@@ -270,14 +304,24 @@ class _Schemas(Mapping[str, pa.Schema]):
 
 # tables written once per run, partitioned by method
 RUN_TABLES: Mapping[str, pa.Schema] = _Schemas(
-    {"runs": None, "rounds": ROUNDS, "client_events": CLIENT_EVENTS, "clients": CLIENTS}
+    {
+        "runs": None,
+        "rounds": ROUNDS,
+        "client_events": CLIENT_EVENTS,
+        "clients": CLIENTS,
+        "levels": LEVELS,
+    }
 )
+# run tables a run writes only when it has rows for them (a run without uplink levels has no
+# levels file, and a result written before the table existed is still whole without one)
+OPTIONAL_RUN_TABLES = frozenset({"levels"})
 SCHEMAS: Mapping[str, pa.Schema] = _Schemas(
     {
         "runs": None,
         "rounds": ROUNDS,
         "client_events": CLIENT_EVENTS,
         "clients": CLIENTS,
+        "levels": LEVELS,
         "trials": TRIALS,
     }
 )

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from .schema import PARTITION_COLUMN, RUN_TABLES, SCHEMAS
+from .schema import OPTIONAL_RUN_TABLES, PARTITION_COLUMN, RUN_TABLES, SCHEMAS
 from .storage import Storage
 
 PARAM_PREFIX = "param."  # trials: one column per searched parameter (param.<dotted name>)
@@ -118,7 +118,11 @@ class RunWriter:
         is in place (a run's files are written whole, the runs file last); else None."""
         if self.previous_status() not in COMPLETE:
             return None
-        if not all(self.store.is_file(self.final_path(t)) for t in RUN_TABLES):
+        if not all(
+            self.store.is_file(self.final_path(t))
+            for t in RUN_TABLES
+            if t not in OPTIONAL_RUN_TABLES
+        ):
             return None
         with self.store.fs.open_input_file(self.store.path(self.final_path("runs"))) as fh:
             rows = pq.ParquetFile(fh).read().to_pylist()
@@ -133,7 +137,7 @@ class RunWriter:
         not finish (then the complete result it would replace stays)."""
         if not self.hidden or (self.staged and status not in COMPLETE):
             return
-        for table in RUN_TABLES:
+        for table in self._written():
             if self.store.renames:
                 if self.store.is_file(self.attempt_path(table)):
                     self.store.fs.move(
@@ -147,8 +151,14 @@ class RunWriter:
                 self.store.delete(self.attempt_path(table))
         self.staged = False
 
+    def _written(self) -> list[str]:
+        """The tables this run writes: every run table but an optional one it has no rows of."""
+        return [t for t in RUN_TABLES if t not in OPTIONAL_RUN_TABLES or self.rows[t]]
+
     def flush(self, tables: tuple[str, ...] | None = None) -> None:
-        for table in tables or tuple(RUN_TABLES):
+        for table in tables or self._written():
+            if table in OPTIONAL_RUN_TABLES and not self.rows[table]:
+                continue
             self.store.write_parquet(self.path(table), rows_to_table(table, self.rows[table]))
 
     def clear_previous(self) -> None:

@@ -138,7 +138,7 @@ def test_test_split_is_read_exactly_once_at_the_final_round(tmp_path):
 def test_rows_follow_the_declared_schema(tmp_path):
     import pyarrow.parquet as pq
 
-    cfg = small_config(tmp_path)
+    cfg = small_config(tmp_path, fl__uplink_levels=[0.5])  # every run table written
     run_fl(cfg)
     for table, schema in RUN_TABLES.items():
         files = list((tmp_path / "results" / table).rglob("*.parquet"))
