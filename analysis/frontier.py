@@ -5,7 +5,7 @@ frontier and the bytes to a target fixed in advance, from the final-stage runs a
 * :func:`level_table` — per workload, level and arm: the chosen configuration's final-stage
   test accuracy (mean ± SD over the fresh seeds) and its uplink, or ``unable`` where no
   configuration of the arm stayed within the level; the paired test-accuracy difference to the
-  level's most accurate arm (same seeds, bootstrap 95 % CI from 5 pairs on).
+  level's most accurate arm (same seeds, paired t 95 % CI from 5 pairs on).
 * :func:`frontier_points` / :func:`frontier_plot` — every tuned label's mean final-round test
   accuracy against its mean cumulative restricted uplink, the non-dominated ones named;
   validation accuracy against uplink over the rounds (mean, min–max band over seeds), the
@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .load import Results
-from .stats import bootstrap_ci, mean_sd, paired_text
+from .stats import mean_sd, paired_text, t_ci
 from .tables import pareto_mask
 
 PENDING = "pending"  # chosen, no finished final run yet
@@ -69,7 +69,7 @@ def _final_rows(res: Results, runs: pd.DataFrame) -> pd.DataFrame:
 
 def _paired(a: pd.DataFrame, b: pd.DataFrame, value: str, seed: int = 0) -> tuple:
     d = (a.set_index("seed")[value] - b.set_index("seed")[value]).dropna()
-    lo, hi = bootstrap_ci(d.to_numpy(), seed=seed)
+    lo, hi = t_ci(d.to_numpy())
     return len(d), (float(d.mean()) if len(d) else float("nan")), lo, hi
 
 
@@ -321,7 +321,7 @@ def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
         "Per uplink level (a fraction of the reference arm's tuned cumulative restricted "
         "uplink), each arm's most accurate search configuration within it, rerun on the fresh "
         "seeds: final-round test accuracy (mean ± SD), its uplink, and the paired difference to "
-        "the level's most accurate arm (bootstrap 95 % CI from 5 pairs on). `unable`: no "
+        "the level's most accurate arm (paired t 95 % CI from 5 pairs on). `unable`: no "
         "finished configuration of the arm stayed within the level; `pending`: chosen, its "
         "final runs not finished yet.\n",
         markdown(level_table(res, study), digits=3),

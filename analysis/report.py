@@ -86,7 +86,7 @@ def _write(
     md += [
         f"## Fixed-budget comparison at round {tables.describe_rounds(T)}\n",
         f"Mean ± SD over seeds; Δ are paired differences against "
-        f"`{fb.attrs['reference']}` (same seed, same partitions and schedules) with bootstrap "
+        f"`{fb.attrs['reference']}` (same seed, same partitions and schedules) with paired t "
         "95 % CIs (shown from 5 pairs on). Test accuracy is read once, at the final "
         "round.\n",
         *_fixed_budget_md(fb),
@@ -224,7 +224,7 @@ LEADERBOARD_TEXT = (
     "Per arm at round {T}: accuracy mean ± SD over seeds; the restricted ledger's uplink "
     "saving, uplink MB and dense-downlink MB; the measured MB up and down per run; memory held "
     "at the end of a run (MB); client steps per run; paired test-accuracy differences against "
-    "the reference arms (same seeds, bootstrap 95 % CI from 5 pairs on); `Pareto`: on the "
+    "the reference arms (same seeds, paired t 95 % CI from 5 pairs on); `Pareto`: on the "
     "dataset's front of accuracy against measured total bytes.\n"
 )
 

@@ -1,8 +1,15 @@
-"""Small statistics over seeds: mean ± sample SD, paired differences, percentile bootstrap CIs."""
+"""Small statistics over seeds: mean ± sample SD, paired differences and their intervals.
+
+Paired differences over seeds get **Student t intervals** (:func:`t_ci`): at the 5–10 seeds a
+study has, a percentile bootstrap of the mean is too narrow (simulated at 5 normal pairs it
+covers about 83 % for a nominal 95 %; tests/analysis/test_coverage.py measures both). Several
+comparisons within one level are adjusted together by Holm's step-down rule (:func:`holm`).
+"""
 
 from __future__ import annotations
 
 import numpy as np
+from scipy import stats as _st
 
 
 def mean_sd(x) -> tuple[float, float]:
@@ -28,6 +35,56 @@ def bootstrap_ci(
     means = a[rng.integers(0, len(a), size=(n_boot, len(a)))].mean(axis=1)
     lo, hi = np.quantile(means, [alpha / 2, 1 - alpha / 2])
     return float(lo), float(hi)
+
+
+def t_ci(x, alpha: float = 0.05) -> tuple[float, float]:
+    """Student t interval of the mean: mean ± t_{n−1, 1−α/2} · s/√n over the finite values
+    (NaN with fewer than two)."""
+    a = np.asarray(x, dtype=float)
+    a = a[np.isfinite(a)]
+    if len(a) < 2:
+        return float("nan"), float("nan")
+    half = float(_st.t.ppf(1 - alpha / 2, len(a) - 1)) * float(a.std(ddof=1)) / np.sqrt(len(a))
+    m = float(a.mean())
+    return m - half, m + half
+
+
+def t_pvalue(x) -> float:
+    """Two-sided p-value of the one-sample t test of mean 0 (a paired difference's); 1.0 for a
+    sample without spread and mean 0, 0.0 without spread and another mean, NaN below 2."""
+    a = np.asarray(x, dtype=float)
+    a = a[np.isfinite(a)]
+    if len(a) < 2:
+        return float("nan")
+    sd = float(a.std(ddof=1))
+    if sd == 0.0:
+        return 1.0 if float(a.mean()) == 0.0 else 0.0
+    t = float(a.mean()) / (sd / np.sqrt(len(a)))
+    return float(2 * _st.t.sf(abs(t), len(a) - 1))
+
+
+def holm(pvalues) -> list[float]:
+    """Holm's step-down adjusted p-values (family-wise error ≤ α when each is compared to α):
+    sorted ascending, p_(k) · (m − k + 1), made monotone, capped at 1; NaN stays NaN and does
+    not count in m."""
+    p = np.asarray(pvalues, dtype=float)
+    out = np.full(len(p), np.nan)
+    ok = np.flatnonzero(np.isfinite(p))
+    m = len(ok)
+    running = 0.0
+    for k, i in enumerate(ok[np.argsort(p[ok], kind="stable")]):
+        running = max(running, min(1.0, p[i] * (m - k)))
+        out[i] = running
+    return out.tolist()
+
+
+def with_failures(values, failed: int, chance: float) -> float:
+    """The mean over every run, a failed (diverged) one counted at ``chance`` accuracy: what a
+    user who cannot rerun a failure would see on average."""
+    a = np.asarray(values, dtype=float)
+    a = a[np.isfinite(a)]
+    n = len(a) + int(failed)
+    return float((a.sum() + failed * chance) / n) if n else float("nan")
 
 
 MIN_CI_PAIRS = 5  # fewer paired seeds than this: no confidence interval is shown

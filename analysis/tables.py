@@ -2,7 +2,7 @@
 
 * :func:`fixed_budget` — Table 6 analogue: accuracy and cumulative restricted saving at a
   pre-set round T, mean ± SD over seeds, paired differences against a reference arm with
-  bootstrap 95 % CIs (pairs share a seed, hence partitions and client schedules);
+  paired t 95 % CIs (pairs share a seed, hence partitions and client schedules);
 * :func:`downlink_table` — Table 7 analogue: the dense-downlink sensitivity beside the measured
   bidirectional ledger;
 * :func:`factorial` — reuse × Top-K main effects and interaction on identical schedules;
@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from .load import AnalysisError, Results
-from .stats import MIN_CI_PAIRS, bootstrap_ci, mean_sd, paired_text
+from .stats import MIN_CI_PAIRS, mean_sd, paired_text, t_ci
 
 
 def common_round(res: Results) -> int:
@@ -76,7 +76,7 @@ def _paired(df: pd.DataFrame, value: str, arm: str, reference: str, seed: int) -
     a = df[df["arm"] == arm].set_index(["dataset", "seed"])[value]
     b = df[df["arm"] == reference].set_index(["dataset", "seed"])[value]
     d = (a - b).dropna()
-    lo, hi = bootstrap_ci(d.to_numpy(), seed=seed)
+    lo, hi = t_ci(d.to_numpy())
     return {
         "n_pairs": len(d),
         "mean": float(d.mean()) if len(d) else float("nan"),
@@ -158,7 +158,7 @@ def fixed_budget(
         out["pairs"] = out["pairs"].astype("Int64")
         few = out["pairs"].notna() & (out["pairs"] < MIN_CI_PAIRS)
         ci_cols = [c for c in out.columns if c.endswith(("_lo", "_hi"))]
-        out.loc[few, ci_cols] = float("nan")  # a bootstrap CI from so few pairs means nothing
+        out.loc[few, ci_cols] = float("nan")  # an interval from so few pairs means nothing
         out["ci"] = [
             ""
             if pd.isna(n)
@@ -200,7 +200,7 @@ def leaderboard(
     """Per (dataset, arm) at round T, over seeds: validation and test accuracy (mean ± SD); the
     restricted ledger's uplink saving, uplink MB and dense-downlink MB; the measured MB up and
     down; server and client memory (MB) at the end; client steps per run; for each arm of
-    ``references`` the paired test-accuracy difference (same seeds) with a bootstrap 95 % CI
+    ``references`` the paired test-accuracy difference (same seeds) with a paired t 95 % CI
     from 5 pairs on; and whether the arm lies on the dataset's Pareto front of mean accuracy
     (test, else validation) against mean measured total bytes."""
     T = budget_rounds(res) if T is None else T
@@ -299,7 +299,7 @@ def factorial(
     With factors coded ±1 and k factors, the effect of a factor set S, per seed, is
     Σ_cells Π_{f∈S} s_f · y / 2^(k−|S|): a main effect is mean(on) − mean(off), a two-way
     interaction is the difference of differences (A1B1 − A1B0) − (A0B1 − A0B0), averaged over the
-    other factor. Reported as the mean over seeds with bootstrap 95 % CIs.
+    other factor. Reported as the mean over seeds with paired t 95 % CIs.
     """
     import itertools
 
@@ -327,7 +327,7 @@ def factorial(
                 np.prod([1 if cell[f] else -1 for f in subset]) * cells[cell] for cell in needed
             ) / 2 ** (k - size)
             e = e.dropna()
-            lo, hi = bootstrap_ci(e.to_numpy(), seed=seed)
+            lo, hi = t_ci(e.to_numpy())
             rows.append(
                 {
                     "effect": " x ".join(factors[f] for f in subset),
