@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .load import Results
-from .stats import mean_sd, paired_text, t_ci
+from .stats import mean_sd, paired_text, t_ci, with_failures
 from .tables import pareto_mask
 
 PENDING = "pending"  # chosen, no finished final run yet
@@ -81,13 +81,22 @@ def _acc_text(mean: float, sd: float) -> str:
     return f"{mean:.3f} ± {sd:.3f}" if np.isfinite(sd) else f"{mean:.3f}"
 
 
+def chance(dataset: str) -> float:
+    """1 / classes of a known dataset (the accuracy a diverged run is counted at); NaN else."""
+    from reuse_ray.data.registry import _TV_INFO
+
+    classes = {"digits": 10, "pathmnist": 9, **{k: v.num_classes for k, v in _TV_INFO.items()}}
+    return 1.0 / classes[dataset] if dataset in classes else float("nan")
+
+
 def level_table(res: Results, study: dict) -> pd.DataFrame:
-    """Per workload, level and arm (most accurate first): the label its choice ran under,
-    seeds, test accuracy (mean ± SD), mean cumulative restricted uplink (MB) against the
-    level's limit, and the paired test-accuracy difference to the level's most accurate arm;
-    an arm no configuration of which stayed within the level is a row marked ``unable``. The
-    ``diverged`` column counts the label's final runs that diverged: they are in no mean, and
-    the paired differences use the seeds both labels finished."""
+    """Per workload, level and arm (most accurate on the final stage's validation first, so
+    the leader is never picked by its test accuracy): the label its choice ran under, seeds,
+    test accuracy (mean ± SD over the finished runs), the ``diverged`` final runs and the
+    mean with each counted at chance accuracy, mean cumulative uplink (MB) in both ledgers and
+    how many runs' measured uplink exceeds the level's limit, and the paired test-accuracy
+    difference (t 95 % interval) to the level's leader, over the seeds both labels finished;
+    an arm no configuration of which stayed within the level is a row marked ``unable``."""
     rows = []
     for workload, got in (study.get("choices") or {}).items():
         finals = _final_rows(res, _workload_runs(res, study, workload))
@@ -100,11 +109,14 @@ def level_table(res: Results, study: dict) -> pd.DataFrame:
                     continue
                 runs = finals[finals["label"] == choice["label"]]
                 m, s = mean_sd(runs["test_acc"])
-                arms.append((arm, choice["label"], runs, m, s))
-            arms.sort(key=lambda a: -a[3] if np.isfinite(a[3]) else np.inf)
+                v = float(runs["val_acc"].mean()) if runs["val_acc"].notna().any() else np.nan
+                arms.append((arm, choice["label"], runs, m, s, v))
+            arms.sort(key=lambda a: -a[5] if np.isfinite(a[5]) else np.inf)
             best = arms[0] if arms else None
-            for arm, label, runs, m, s in arms:
+            for arm, label, runs, m, s, _ in arms:
                 diff = "" if arm == best[0] else paired_text(*_paired(runs, best[2], "test_acc"))
+                failed = int(diverged.get(label, 0))
+                at_chance = with_failures(runs["test_acc"], failed, chance(_dataset(res, runs)))
                 rows.append(
                     {
                         "workload": workload,
@@ -113,9 +125,15 @@ def level_table(res: Results, study: dict) -> pd.DataFrame:
                         "arm": arm,
                         "label": label,
                         "seeds": runs["seed"].nunique(),
-                        "diverged": int(diverged.get(label, 0)),
+                        "diverged": failed,
                         "test acc": _acc_text(m, s),
+                        "with diverged at chance": f"{at_chance:.3f}"
+                        if failed and np.isfinite(at_chance)
+                        else "",
                         "uplink MB": round(float(runs["up_restricted"].mean()) / 1e6, 2),
+                        "measured MB": round(float(runs["up_measured"].mean()) / 1e6, 2),
+                        "over in measured": f"{int((runs['up_measured'] > limit).sum())} of "
+                        f"{len(runs)}",
                         "Δ test acc vs the level's best": diff,
                     }
                 )
@@ -131,11 +149,22 @@ def level_table(res: Results, study: dict) -> pd.DataFrame:
                             "seeds": 0,
                             "diverged": "",
                             "test acc": UNABLE,
+                            "with diverged at chance": "",
                             "uplink MB": "",
+                            "measured MB": "",
+                            "over in measured": "",
                             "Δ test acc vs the level's best": "",
                         }
                     )
     return pd.DataFrame(rows)
+
+
+def _dataset(res: Results, runs: pd.DataFrame) -> str:
+    """The dataset of a label's final runs."""
+    if "dataset" not in res.runs:
+        return ""
+    names = res.runs.set_index("run_id")["dataset"].reindex(runs["run_id"]).dropna()
+    return str(names.iloc[0]) if len(names) else ""
 
 
 def frontier_points(res: Results, study: dict) -> pd.DataFrame:
@@ -208,18 +237,29 @@ def bytes_to_reference_target(res: Results, study: dict) -> pd.DataFrame:
         df = pd.DataFrame(spent)
         refs = [r for r in study.get("compare_to") or () if r in set(df["label"])]
         for name, g in df.groupby("label"):
+            censored = int(g["censored"].sum())
+            mean = float(g["up_MB"].mean())
             row = {
                 "workload": workload,
                 "label": name,
                 "target val acc": round(goal, 4),
                 "runs": len(g),
-                "censored": int(g["censored"].sum()),
-                "uplink to target MB": round(float(g["up_MB"].mean()), 2),
+                "censored": censored,
+                # a run that never reached the target spent at least its total: the mean is a
+                # lower bound, and no difference is computed from it
+                "uplink to target MB": f"≥ {mean:.2f} ({censored} censored)"
+                if censored
+                else round(mean, 2),
             }
             for ref in refs:
                 other = df[df["label"] == ref]
+                cens = censored or bool(other["censored"].any())
                 row[f"Δ MB vs {ref}"] = (
-                    "" if name == ref else paired_text(*_paired(g, other, "up_MB"), digits=2)
+                    ""
+                    if name == ref
+                    else "censored"
+                    if cens
+                    else paired_text(*_paired(g, other, "up_MB"), digits=2)
                 )
             rows.append(row)
     return pd.DataFrame(rows)
@@ -320,10 +360,13 @@ def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
         "## Accuracy at matched uplink\n",
         "Per uplink level (a fraction of the reference arm's tuned cumulative restricted "
         "uplink), each arm's most accurate search configuration within it, rerun on the fresh "
-        "seeds: final-round test accuracy (mean ± SD), its uplink, and the paired difference to "
-        "the level's most accurate arm (paired t 95 % CI from 5 pairs on). `unable`: no "
-        "finished configuration of the arm stayed within the level; `pending`: chosen, its "
-        "final runs not finished yet.\n",
+        "seeds: final-round test accuracy (mean ± SD over the finished runs; `with diverged at "
+        "chance`: the mean with each diverged run at chance accuracy), its uplink in the "
+        "restricted and measured ledgers (`over in measured`: runs whose measured uplink "
+        "exceeds the limit), and the paired difference to the level's leader, the arm most "
+        "accurate on the final stage's validation (paired t 95 % interval from 5 pairs on, "
+        "each comparison on its own). `unable`: no finished configuration of the arm stayed "
+        "within the level; `pending`: chosen, its final runs not finished yet.\n",
         markdown(level_table(res, study), digits=3),
         "\n## The frontier\n",
         "Every final label's mean test accuracy against its mean cumulative uplink; "
@@ -341,8 +384,8 @@ def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
             f"The target is {ratio:g} × `{study.get('retention_reference')}`'s mean "
             "final-stage validation accuracy (validation only, fixed before any test read); "
             "per label the mean cumulative restricted uplink until a run's validation "
-            "accuracy first reached it (censored runs count their total, a lower bound), and "
-            "the paired differences (same seeds).\n",
+            "accuracy first reached it, and the paired differences (same seeds). A label with "
+            "censored runs (never reached the target) shows a lower bound and no difference.\n",
             markdown(btt, digits=3),
         ]
     return md

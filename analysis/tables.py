@@ -199,7 +199,8 @@ def leaderboard(
 ) -> pd.DataFrame:
     """Per (dataset, arm) at round T, over seeds: validation and test accuracy (mean ± SD); the
     restricted ledger's uplink saving, uplink MB and dense-downlink MB; the measured MB up and
-    down; server and client memory (MB) at the end; client steps per run; for each arm of
+    down; server and client memory (MB) at the end; client steps per run; the clients'
+    decisions (:func:`decision_shares`); for each arm of
     ``references`` the paired test-accuracy difference (same seeds) with a paired t 95 % CI
     from 5 pairs on; and whether the arm lies on the dataset's Pareto front of mean accuracy
     (test, else validation) against mean measured total bytes."""
@@ -229,6 +230,7 @@ def leaderboard(
         row["server memory MB"] = _mean_fmt(g["server_memory_bytes"], 1e6, ".2f")
         row["client memory MB"] = _mean_fmt(g["client_memory_bytes"], 1e6, ".2f")
         row["client steps"] = _mean_fmt(g["client_steps"], 1, ".0f")
+        row["client decisions"] = decision_shares(res.client_events, g["run_id"])
         sub = df[df["dataset"] == dataset]
         for ref in references:
             row[f"Δ test acc vs {ref}"] = (
@@ -245,6 +247,24 @@ def leaderboard(
         ]
         out.insert(out.columns.get_loc("uplink saving"), "Pareto", ["yes" if x else "" for x in on])
     return out
+
+
+def decision_shares(events: pd.DataFrame, run_ids) -> str:
+    """What the runs' clients did, as shares of their client events: ``all fresh``, or each
+    decision's share (fresh, reused, lazy, …) and the share the fresh quota promoted to train
+    — the mechanism on record: a reuse method whose choice reuses nothing says so here."""
+    if not len(events) or "decision" not in events:
+        return ""
+    ev = events[events["run_id"].isin(set(run_ids))]
+    if not len(ev):
+        return ""
+    shares = ev["decision"].value_counts(normalize=True)
+    if set(shares.index) == {"fresh"}:
+        return "all fresh"
+    parts = [f"{name} {100 * v:.1f} %" for name, v in shares.items()]
+    if "promoted" in ev and ev["promoted"].fillna(False).astype(bool).any():
+        parts.append(f"promoted by the quota {100 * ev['promoted'].fillna(False).mean():.1f} %")
+    return ", ".join(parts)
 
 
 def pareto_points(res: Results, T: int | None = None) -> pd.DataFrame:
