@@ -39,6 +39,13 @@ def _comments(cls_or_source: Any) -> dict[str, str]:
         if name is None or name in out:
             continue
         text = trailing.get(i, "") if not line.lstrip().startswith("#") else ""
+        k = i
+        # a trailing comment whose parenthesis stays open goes on in the comment lines below
+        while text.count("(") > text.count(")") and k < len(lines):
+            if not lines[k].strip().startswith("#"):
+                break
+            text += " " + lines[k].strip().lstrip("#").strip()
+            k += 1
         if not text:  # the comment block just above
             above, k = [], i - 1
             while k >= 1 and lines[k - 1].strip().startswith("#"):
@@ -162,20 +169,27 @@ def run_config_sections() -> list[tuple[str, list[dict[str, str]]]]:
 
     out = [("Top level", field_rows(RunConfig))]
     hints = typing.get_type_hints(RunConfig)
+    ours = [n for n in method_names() if get_method(n).module.startswith("reuse_ray.")]
     for f in dataclasses.fields(RunConfig):
         block = hints[f.name]
         if dataclasses.is_dataclass(block):
-            out.append((f"`{f.name}:`", field_rows(block, f"{f.name}.")))
-    seen = set()
-    for name in method_names():
+            rows = field_rows(block, f"{f.name}.")
+            for row in rows:
+                if row["field"] == "method.name":  # checked against the registry, not a list
+                    row["allowed"] = ", ".join(f"`{n}`" for n in ours)
+            out.append((f"`{f.name}:`", rows))
+    owners: dict[str, list[str]] = {}
+    classes: dict[str, type] = {}
+    for name in ours:  # a user's method (method.module) is not the package's to document
         m = get_method(name)
-        if not m.module.startswith("reuse_ray."):
-            continue  # a user's method (method.module) is not the package's to document
         cls, key = m.config, m.block or m.name
-        if cls is None or key is None or key in seen:
+        if cls is None or key is None:
             continue
-        seen.add(key)
-        out.append((f"`method.{key}:` ({name})", field_rows(cls, f"method.{key}.")))
+        owners.setdefault(key, []).append(name)
+        classes.setdefault(key, cls)
+    for key, names in owners.items():
+        title = f"`method.{key}:` ({', '.join(names)})"
+        out.append((title, field_rows(classes[key], f"method.{key}.")))
     return out
 
 

@@ -115,13 +115,13 @@ RUN_COLUMNS = [
     pa.field("client_memory_bytes", pa.int64()),
     pa.field("client_steps", pa.int64()),  # local SGD steps over all clients and rounds
     # wall seconds summed over the run's attempts (each up to the checkpoint the next resumed
-    # from, the last one whole), and when the first started; null where a resumed checkpoint
-    # was written before they were kept
+    # from, the last one whole); null where a resumed checkpoint was written before they were
+    # kept
     pa.field("wall_s", pa.float64()),
     pa.field("started_at", pa.string()),  # when the first attempt started (UTC, ISO 8601)
     pa.field("attempts", pa.int64()),  # 1 for a run never resumed
     pa.field("resumed_from_round", pa.int64()),  # the last attempt's checkpoint round, or null
-    pa.field("attempt_started_at", pa.string()),  # the last attempt's start and wall seconds
+    pa.field("attempt_started_at", pa.string()),  # when the last attempt started (UTC, ISO 8601)
     pa.field("attempt_wall_s", pa.float64()),  # the last attempt's wall seconds
     pa.field("host", pa.string()),  # the machine whose process drove the run (hostname)
     pa.field("ray_node", pa.string()),  # its Ray node id (hex), when it ran inside Ray
