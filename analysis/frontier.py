@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from .load import Results
-from .stats import mean_sd, paired_text, t_ci, with_failures
+from .stats import MIN_CI_PAIRS, holm, mean_sd, paired_text, t_ci, t_pvalue, with_failures
 from .tables import pareto_mask
 
 PENDING = "pending"  # chosen, no finished final run yet
@@ -89,6 +89,118 @@ def chance(dataset: str) -> float:
     return 1.0 / classes[dataset] if dataset in classes else float("nan")
 
 
+def objective_level(name: str) -> tuple[float, str]:
+    """(fraction, ledger) of a level objective: ``up10`` -> (0.1, restricted),
+    ``up12.5-measured`` -> (0.125, measured)."""
+    head, _, ledger = name.partition("-")
+    return float(head.removeprefix("up")) / 100, ledger or "restricted"
+
+
+def _all_finals(res: Results, study: dict, workload: str) -> pd.DataFrame:
+    """Every final run of a workload, finished or not (status says which)."""
+    frames = [r for r in (res.runs, res.excluded_runs) if len(r)]
+    runs = pd.concat(frames, ignore_index=True) if frames else res.runs
+    return _final_of(runs, study, workload).drop_duplicates("run_id", keep="last")
+
+
+def readings_table(res: Results, study: dict) -> pd.DataFrame:
+    """The level table of a study whose runs read their levels (the ``levels`` table): per
+    workload, level and ledger (``up10``, ``up10-measured``) and arm, leader first — the arm
+    whose final runs' readings are the most accurate on validation — the label its choice ran
+    under, the runs read there and those that failed before (``failed``; with each at chance in
+    ``with failures at chance``), the readings' test accuracy (mean ± SD), the round and the
+    cumulative uplink they were read at, and the paired test-accuracy difference to the
+    leader with its t 95 % interval and Holm-adjusted p-value within the level. Every arm
+    without a choice at the level is a row ``unable`` with the reason."""
+    rows: list[dict] = []
+    for workload, got in (study.get("choices") or {}).items():
+        finals = _all_finals(res, study, workload)
+        base = chance(_dataset(res, finals)) if len(finals) else float("nan")
+        for name, limit in (got.get("level_bytes") or {}).items():
+            arms = _level_arms(res.levels, finals, got, name)
+            level_rows = _reading_rows(arms, base)
+            for row in level_rows:
+                row.update(workload=workload, level=name, **{"limit MB": round(limit / 1e6, 3)})
+            rows += [{k: r[k] for k in READING_COLUMNS} for r in level_rows] + _unable_rows(
+                workload, name, round(limit / 1e6, 3), got, level_rows, "read"
+            )
+    return pd.DataFrame(rows)
+
+
+READING_COLUMNS = (
+    "workload",
+    "level",
+    "limit MB",
+    "arm",
+    "label",
+    "read",
+    "failed",
+    "test acc",
+    "with failures at chance",
+    "round",
+    "uplink MB",
+    "Δ test acc vs the leader",
+    "p (Holm)",
+)
+
+
+def _level_arms(levels: pd.DataFrame, finals: pd.DataFrame, got: dict, name: str) -> list:
+    """Per arm with a choice at level ``name``: (arm, label, its final runs' readings there,
+    how many of its final runs failed before reading it, the readings' mean validation
+    accuracy); the leader (most accurate on validation) first."""
+    f, ledger = objective_level(name)
+    here = levels[np.isclose(levels["level"], f) & levels["ledger"].eq(ledger)]
+    arms = []
+    for arm, objectives in (got.get("arms") or {}).items():
+        choice = objectives.get(name)
+        if choice is None:
+            continue
+        ids = set(finals.loc[finals["label"].eq(choice["label"]), "run_id"])
+        r = here[here["run_id"].isin(ids)].drop_duplicates("run_id", keep="last")
+        ok = r[r["status"].isin(("crossed", "cap", "over"))]
+        arms.append((arm, choice["label"], ok, len(r) - len(ok), ok["val_acc"].mean()))
+    return sorted(arms, key=lambda a: -a[4] if np.isfinite(a[4]) else np.inf)
+
+
+def _reading_rows(arms: list, base: float) -> list[dict]:
+    """One row per arm of :func:`_level_arms`, each against the leader (the first): paired
+    test-accuracy differences over the seeds both read, their t intervals, Holm's p-values."""
+    if not arms:
+        return []
+    lead = arms[0][2].set_index("seed")["test_acc"]
+    diffs = [(ok.set_index("seed")["test_acc"] - lead).dropna() for _, _, ok, _, _ in arms]
+    pvals = [np.nan] + [t_pvalue(d) if len(d) >= MIN_CI_PAIRS else np.nan for d in diffs[1:]]
+    rows = []
+    for k, ((arm, label, ok, failed, _), d, p) in enumerate(
+        zip(arms, diffs, holm(pvals), strict=True)
+    ):
+        m, sd = mean_sd(ok["test_acc"])
+        rounds = ok["round"].dropna().astype(int)
+        mean = float(d.mean()) if len(d) else np.nan
+        rows.append(
+            {
+                "arm": arm,
+                "label": label,
+                "read": len(ok),
+                "failed": failed,
+                "test acc": _acc_text(m, sd),
+                "with failures at chance": f"{with_failures(ok['test_acc'], failed, base):.3f}"
+                if failed
+                else "",
+                "round": _span_text(rounds) if len(rounds) else "",
+                "uplink MB": round(float(ok["cum_up"].mean()) / 1e6, 3) if len(ok) else "",
+                "Δ test acc vs the leader": "" if k == 0 else paired_text(len(d), mean, *t_ci(d)),
+                "p (Holm)": "" if not np.isfinite(p) else f"{p:.3f}",
+            }
+        )
+    return rows
+
+
+def _span_text(values: pd.Series) -> str:
+    lo, hi = int(values.min()), int(values.max())
+    return f"{lo}" if lo == hi else f"{lo}–{hi}"
+
+
 def level_table(res: Results, study: dict) -> pd.DataFrame:
     """Per workload, level and arm (most accurate on the final stage's validation first, so
     the leader is never picked by its test accuracy): the label its choice ran under, seeds,
@@ -137,26 +249,26 @@ def level_table(res: Results, study: dict) -> pd.DataFrame:
                         "Δ test acc vs the level's best": diff,
                     }
                 )
-            for arm in sorted(got.get("unable") or {}):
-                if level in got["unable"][arm]:
-                    rows.append(
-                        {
-                            "workload": workload,
-                            "level": level,
-                            "limit MB": round(limit / 1e6, 2),
-                            "arm": arm,
-                            "label": "",
-                            "seeds": 0,
-                            "diverged": "",
-                            "test acc": UNABLE,
-                            "with diverged at chance": "",
-                            "uplink MB": "",
-                            "measured MB": "",
-                            "over in measured": "",
-                            "Δ test acc vs the level's best": "",
-                        }
-                    )
+            rows += _unable_rows(workload, level, round(limit / 1e6, 2), got, rows, "seeds")
     return pd.DataFrame(rows)
+
+
+def _unable_rows(workload, level: str, limit_mb, got: dict, rows: list, count: str) -> list:
+    """The rows of a level's arms that have no choice there: ``unable`` and, where the study
+    recorded it, why; every other column of ``rows`` empty (``count`` 0)."""
+    out = []
+    columns = list(rows[0]) if rows else []
+    for arm in sorted(got.get("unable") or {}):
+        if level not in got["unable"][arm]:
+            continue
+        why = ((got.get("unable_why") or {}).get(arm) or {}).get(level, "")
+        row = dict.fromkeys(columns, "")
+        row.update(
+            {"workload": workload, "level": level, "limit MB": limit_mb, "arm": arm, count: 0}
+        )
+        row["test acc"] = f"{UNABLE}: {why}" if why else UNABLE
+        out.append(row)
+    return out
 
 
 def _dataset(res: Results, runs: pd.DataFrame) -> str:
@@ -302,8 +414,12 @@ def frontier_plot(res: Results, study: dict, out: Path) -> list[Path]:
         pts = points[points["workload"] == workload]
         styles = _styles(rounds["label"].unique())
         fig, axes = plt.subplots(1, 2, figsize=(12.8, 5.6), sharey=True)
-        _panel(axes[0], rounds, pts, styles, "restricted", got.get("level_bytes") or {})
-        _panel(axes[1], rounds, pts, styles, "measured", {})
+        limits = got.get("level_bytes") or {}
+        for ax, ledger in zip(axes, ("restricted", "measured"), strict=True):
+            mine = {k: v for k, v in limits.items() if objective_level(k)[1] == ledger}
+            if ledger == "measured" and not mine and len(res.levels):
+                mine = {k: v for k, v in limits.items()}  # one budget, read in both ledgers
+            _panel(ax, rounds, pts, styles, ledger, mine)
         axes[0].set_ylabel("validation accuracy (lines), final test accuracy (stars)")
         if len(pts) and pts["test_acc"].notna().any():  # the frontier's end, not round 1's
             axes[0].set_ylim(bottom=max(0.0, float(pts["test_acc"].min()) - 0.25))
@@ -348,6 +464,33 @@ def has_levels(study: dict | None) -> bool:
     return any((c or {}).get("level_bytes") for c in ((study or {}).get("choices") or {}).values())
 
 
+READINGS_INTRO = (
+    "Every run is read at each uplink level (a fraction of dense FedAvg's uplink over "
+    "the planned rounds, one byte budget for every arm) at the last round whose "
+    "cumulative uplink stays within it, in the restricted ledger (`up10`) and the "
+    "measured one (`up10-measured`). Per level, each arm's configuration chosen on its "
+    "search readings, rerun on the fresh seeds: the readings' test accuracy (mean ± SD "
+    "over the runs `read` there; `failed`: runs that diverged or failed before it, and "
+    "the mean with each at chance accuracy), the rounds and uplink read at, and the "
+    "paired difference to the level's leader — the most accurate on the readings' "
+    "validation — with its t 95 % interval (from 5 pairs on) and Holm-adjusted "
+    "p-value over the level's comparisons. `unable`: no configuration of the arm was "
+    "read at the level, and why.\n"
+)
+SEARCH_LEVELS_INTRO = (
+    "Per uplink level (a fraction of the reference arm's tuned cumulative restricted "
+    "uplink), each arm's most accurate search configuration within it, rerun on the "
+    "fresh seeds: final-round test accuracy (mean ± SD over the finished runs; `with "
+    "diverged at chance`: the mean with each diverged run at chance accuracy), its "
+    "uplink in the restricted and measured ledgers (`over in measured`: runs whose "
+    "measured uplink exceeds the limit), and the paired difference to the level's "
+    "leader, the arm most accurate on the final stage's validation (paired t 95 % "
+    "interval from 5 pairs on, each comparison on its own). `unable`: no finished "
+    "configuration of the arm stayed within the level; `pending`: chosen, its final "
+    "runs not finished yet.\n"
+)
+
+
 def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
     """The report's (and ``report --leaderboard``'s) Markdown of a study with uplink levels:
     the level table, the frontier's points and, where ``out`` is given, its figures; the bytes
@@ -356,18 +499,19 @@ def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
 
     if not has_levels(study):
         return []
-    md = [
-        "## Accuracy at matched uplink\n",
-        "Per uplink level (a fraction of the reference arm's tuned cumulative restricted "
-        "uplink), each arm's most accurate search configuration within it, rerun on the fresh "
-        "seeds: final-round test accuracy (mean ± SD over the finished runs; `with diverged at "
-        "chance`: the mean with each diverged run at chance accuracy), its uplink in the "
-        "restricted and measured ledgers (`over in measured`: runs whose measured uplink "
-        "exceeds the limit), and the paired difference to the level's leader, the arm most "
-        "accurate on the final stage's validation (paired t 95 % interval from 5 pairs on, "
-        "each comparison on its own). `unable`: no finished configuration of the arm stayed "
-        "within the level; `pending`: chosen, its final runs not finished yet.\n",
-        markdown(level_table(res, study), digits=3),
+    if len(res.levels):
+        md = [
+            "## Accuracy at matched uplink\n",
+            READINGS_INTRO,
+            markdown(readings_table(res, study), digits=3),
+        ]
+    else:
+        md = [
+            "## Accuracy at matched uplink\n",
+            SEARCH_LEVELS_INTRO,
+            markdown(level_table(res, study), digits=3),
+        ]
+    md += [
         "\n## The frontier\n",
         "Every final label's mean test accuracy against its mean cumulative uplink; "
         "`on_front`: no other label is at least as accurate for at most as many restricted "

@@ -11,7 +11,7 @@ import pandas as pd
 from reuse_ray.errors import UserError
 from reuse_ray.results.reader import ResultsError, is_results_root, read_table_if_any
 
-TABLES = ("runs", "rounds", "client_events", "trials")
+TABLES = ("runs", "rounds", "client_events", "trials", "levels")
 
 
 class AnalysisError(UserError):
@@ -29,6 +29,9 @@ class Results:
     excluded: int = 0  # runs left out because they crashed, diverged or were interrupted
     # their runs rows (status says which), for tables that must say what did not finish
     excluded_runs: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # every run's readings at its uplink levels (the levels table), unfinished runs' included:
+    # their status says which levels they never read
+    levels: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def load(locations: str | Path | list[str | Path], include_unfinished: bool = False) -> Results:
@@ -78,6 +81,7 @@ def load(locations: str | Path | list[str | Path], include_unfinished: bool = Fa
         out["trials"],
         excluded,
         bad.reset_index(drop=True),
+        out["levels"].reset_index(drop=True),
     )
 
 

@@ -133,8 +133,8 @@ def check_levels(value: Any) -> tuple[float, ...]:
     if not ok or list(value) != sorted(set(value)):
         raise ConfigError(
             "uplink_levels",
-            f"{value!r}; allowed: increasing fractions in (0, 1) of the reference arm's "
-            "cumulative restricted uplink, e.g. [0.1, 0.25, 0.5]",
+            f"{value!r}; allowed: increasing fractions in (0, 1) of dense FedAvg's uplink over "
+            "the planned rounds, e.g. [0.1, 0.25, 0.5]",
         )
     return tuple(float(v) for v in value)
 

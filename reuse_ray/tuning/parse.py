@@ -255,6 +255,12 @@ def _study_form(raw: dict[str, Any], common: dict[str, Any]) -> ExperimentSpec:
     final = take_fields(raw.get("final"), "final", ("seeds",))
     searched = {int(b.get("seed", 0)) for b in workloads.values()}
     seeds = check_fresh_seeds("final.seeds", final.get("seeds"), searched, "the study")
+    levels = check_levels(raw.get("uplink_levels"))
+    if levels:  # every run of the study reads its model at each level (design: Readings …)
+        workloads = {
+            w: {**b, "fl": {**(b.get("fl") or {}), "uplink_levels": list(levels)}}
+            for w, b in workloads.items()
+        }
     spec = ExperimentSpec(
         workloads={str(k): v for k, v in workloads.items()},
         arms=arms,
@@ -268,7 +274,7 @@ def _study_form(raw: dict[str, Any], common: dict[str, Any]) -> ExperimentSpec:
         objectives=objectives,
         retention=check_share("retention", raw.get("retention", 0.98)),
         retention_reference=ref,
-        uplink_levels=check_levels(raw.get("uplink_levels")),
+        uplink_levels=levels,
         target_of_reference=check_fraction(
             "target_of_reference", raw.get("target_of_reference", 0)
         ),

@@ -141,9 +141,12 @@ STUDY_ROWS = {  # key: (type, default, allowed, meaning)
         "list",
         "`[]`",
         "increasing fractions in (0, 1)",
-        "fractions of the reference arm's tuned cumulative restricted uplink: per arm and "
-        "level, the most accurate configuration within it (`ARM@up10` labels; `unable` where "
-        "none is)",
+        "fractions f of dense FedAvg's uplink over the planned rounds (f·T·K·B0 bytes), set "
+        "as `fl.uplink_levels` on every run: each run is read at the last round within each "
+        "level, in both ledgers (table `levels`); per arm, level and ledger the configuration "
+        "whose reading is the most accurate on validation (`ARM@up10` for the restricted "
+        "ledger, `ARM@up10-measured` where the measured ledger chose another; `unable`, with "
+        "its reason, where no configuration has a reading)",
     ),
     "target_of_reference": (
         "float",

@@ -219,8 +219,16 @@ class StudyPlan(Plan):
         objective = ",".join(self.study.objectives)
         return table.build(self.spec, stage, entries, searcher="random", objective=objective)
 
+    def readings(self) -> pd.DataFrame | None:
+        """The runs' readings at the uplink levels (the ``levels`` table), None without."""
+        if not self.study.uplink_levels:
+            return None
+        from ..results.reader import read_table_if_any
+
+        return read_table_if_any(self.study.results_dir, "levels")
+
     def candidates(self, trials: pd.DataFrame) -> pd.DataFrame:
-        return study_select.candidates(trials, self.study)
+        return study_select.candidates(trials, self.study, self.readings())
 
     def reeval_line(self, n: int) -> str:
         return f"[{self.w}] robust selection: {n} candidate configurations"
@@ -229,17 +237,19 @@ class StudyPlan(Plan):
         study = self.study
         trials = study_select.selection_values(trials, study)
         chosen = study_select.select(trials, study)
-        levels, self.unable, self.limits = study_select.select_levels(trials, study, chosen)
+        levels, self.unable, self.limits, self.why = study_select.select_levels(
+            trials, study, self.readings()
+        )
         for arm, got in levels.items():
             chosen.setdefault(arm, {}).update(got)
         return chosen, study_select.mark(trials, chosen).drop(columns=["trial_index"])
 
     def said_choice(self, chosen, trials: pd.DataFrame, say) -> None:
         study, w = self.study, self.w
-        self.exp.chose(w, choices_record(study, chosen, self.unable, self.limits))
+        self.exp.chose(w, choices_record(study, chosen, self.unable, self.limits, self.why))
         for line in study_select.budget_lines(trials, study, self.spec.search.client_rounds):
             say(f"[{w}] {line}")
-        for line in _chosen_lines(study, chosen, self.unable, self.limits):
+        for line in _chosen_lines(study, chosen, self.unable, self.limits, self.why):
             say(f"[{w}] {line}")
 
     def finals(self, chosen) -> list[dict[str, Any]]:
@@ -278,6 +288,7 @@ def _chosen_lines(
     chosen: dict[str, dict[str, Any]],
     unable: dict[str, list[str]] | None = None,
     limits: dict[str, float] | None = None,
+    why: dict[str, dict[str, str]] | None = None,
 ) -> list[str]:
     """Per arm, what each objective (and uplink level) selected, the levels it cannot reach,
     or that no trial finished."""
@@ -285,11 +296,17 @@ def _chosen_lines(
     for arm in (a.name for a in spec.arms):
         got = chosen.get(arm, {})
         parts = [
-            f"{o}: val_acc={r['val_acc']:.4f} saving={100 * (r['cum_saving_restricted'] or 0):.2f}%"
+            f"{o}: val_acc={_search_value(r):.4f}"
+            + (
+                f" at round {int(r['reading_round'])}"
+                if pd.notna(r.get("reading_round"))
+                else f" saving={100 * (r['cum_saving_restricted'] or 0):.2f}%"
+            )
             for o, r in got.items()
         ]
         parts += [
-            f"{lv}: unable (no finished configuration within {(limits or {})[lv] / 1e6:.1f} MB)"
+            f"{lv}: unable ({(why or {}).get(arm, {}).get(lv, 'no reading')}; "
+            f"{(limits or {}).get(lv, float('nan')) / 1e6:.1f} MB)"
             for lv in (unable or {}).get(arm, [])
         ]
         lines.append(f"{arm}: {'; '.join(parts) or 'no trial finished'}")
@@ -322,10 +339,17 @@ def final_points(spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]) -> lis
     return launch_points(configs, spec.final_seeds)
 
 
-def choices_record(spec: ExperimentSpec, chosen, unable, limits) -> dict[str, Any]:
+def _search_value(row) -> float:
+    """The validation accuracy a choice was made on: a level's reading (its mean over the
+    search seeds with robust selection), else the run's own."""
+    v = row.get("reading")
+    return float(row["val_acc"] if v is None or pd.isna(v) else v)
+
+
+def choices_record(spec: ExperimentSpec, chosen, unable, limits, why=None) -> dict[str, Any]:
     """What study.json keeps of a workload's selection: per arm and objective the chosen
-    configuration, its search values and its final runs' label; the levels an arm cannot
-    reach; each level's uplink limit in bytes."""
+    configuration, its search values (at a level: its reading's) and its final runs' label;
+    the levels an arm cannot reach and why; each level's uplink limit in bytes."""
     labels = final_labels(spec, chosen)
     arms = {
         arm: {
@@ -333,14 +357,22 @@ def choices_record(spec: ExperimentSpec, chosen, unable, limits) -> dict[str, An
                 "label": labels[(arm, o)],
                 "params": json.loads(r["params_json"]),
                 "trial_id": r["trial_id"],
-                "search_val_acc": _num(r["val_acc"]),
+                "search_val_acc": _num(_search_value(r)),
                 "search_cum_up_restricted": _num(r["cum_up_restricted"]),
+                **(
+                    {
+                        "reading_round": int(r["reading_round"]),
+                        "reading_cum_up": _num(r["reading_cum_up"]),
+                    }
+                    if pd.notna(r.get("reading_round"))
+                    else {}
+                ),
             }
             for o, r in got.items()
         }
         for arm, got in chosen.items()
     }
-    return {"arms": arms, "unable": unable, "level_bytes": limits}
+    return {"arms": arms, "unable": unable, "unable_why": why or {}, "level_bytes": limits}
 
 
 def _search_args(spec: ExperimentSpec, sweep: WorkloadSpec, points: list) -> dict:

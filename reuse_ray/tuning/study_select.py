@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from . import selection
+from .reeval import PENALTY, reruns
 from .selection import choose, eligible
 from .spec import ExperimentSpec, level_name
 
@@ -38,49 +39,114 @@ def _bar(rows: pd.DataFrame, spec: ExperimentSpec, column: str) -> float | None:
     return spec.retention * float(ref.max()) if len(ref) else None
 
 
-def select_levels(
-    trials: pd.DataFrame, spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]
-) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]], dict[str, float]]:
-    """Selection at matched uplink (``uplink_levels``): per arm and level, the finished search
-    configuration with the best validation accuracy (search seed; earliest drawn on a tie)
-    among those whose cumulative restricted uplink at the final round stayed within the level
-    — a fraction of the reference arm's tuned configuration's (``chosen``'s ``val_acc`` row).
-    Returns (arm -> {level name: trials row}, arm -> [levels it cannot reach], level name ->
-    bytes); no level is judged where the reference arm has no finished configuration."""
-    if not spec.uplink_levels:
-        return {}, {}, {}
-    ref = chosen.get(spec.retention_reference, {}).get("val_acc")
-    if ref is None or pd.isna(ref["cum_up_restricted"]):
-        return {}, {}, {}
-    ok = trials[
-        trials["stage"].eq("search")
-        & trials["status"].eq("finished")
-        & trials["val_acc"].notna()
-        & trials["cum_up_restricted"].notna()
-    ]
-    limits = {
-        level_name(level): level * float(ref["cum_up_restricted"]) for level in spec.uplink_levels
+READ = ("crossed", "cap")  # a reading the selection may use (design: Readings at uplink levels)
+LEDGERS = ("restricted", "measured")
+
+
+def level_objective(level: float, ledger: str) -> str:
+    """The objective name of a level in a ledger: ``up10`` (restricted), ``up10-measured``."""
+    return level_name(level) + ("" if ledger == "restricted" else f"-{ledger}")
+
+
+def readings_of(trials: pd.DataFrame, readings: pd.DataFrame | None, level: float, ledger: str):
+    """Per trials row (aligned to ``trials``' index): its run's reading at ``level`` in
+    ``ledger`` (columns status, round, cum_up, val_acc, level_bytes); NaN without one."""
+    cols = ["status", "round", "cum_up", "val_acc", "level_bytes"]
+    if readings is None or not len(readings) or "run_id" not in trials:
+        return pd.DataFrame(index=trials.index, columns=cols, dtype=object)
+    r = readings[readings["level"].eq(level) & readings["ledger"].eq(ledger)]
+    r = r.drop_duplicates("run_id", keep="last").set_index("run_id")[cols]
+    out = r.reindex(trials["run_id"].to_numpy())
+    out.index = trials.index
+    return out
+
+
+def _reading_mean(row, trials, readings, level, ledger, seeds) -> float:
+    """A candidate's reading at (level, ledger) averaged over its search run and its
+    re-evaluation run on each of ``seeds``; a missing or unread one counts as the penalty."""
+    again = reruns(trials, row)
+    rd = readings_of(again, readings, level, ledger)
+    per_seed = {
+        int(again.loc[i, "seed"]): float(rd.loc[i, "val_acc"])
+        for i in again.index
+        if rd.loc[i, "status"] in READ and pd.notna(rd.loc[i, "val_acc"])
     }
+    values = [float(row["reading"])] + [per_seed.get(int(s), PENALTY) for s in seeds]
+    return sum(values) / len(values)
+
+
+def select_levels(
+    trials: pd.DataFrame, spec: ExperimentSpec, readings: pd.DataFrame | None
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]], dict[str, float], dict]:
+    """Selection at matched uplink (``uplink_levels``), from the runs' readings (the
+    ``levels`` table): per arm, level and ledger, the search configuration whose reading —
+    the model at the last round within the level — has the best validation accuracy (with
+    robust selection: the best mean over the search and re-evaluation seeds, among the
+    candidates; earliest drawn on a tie). Returns (arm -> {objective: trials row with its
+    ``reading``}, arm -> [objectives it cannot reach], objective -> bytes, arm -> {objective:
+    why it cannot}): ``over`` — one round of every configuration spends more than the level;
+    else no configuration was read there (each stopped, failed or diverged first)."""
+    if not spec.uplink_levels:
+        return {}, {}, {}, {}
+    search = trials[trials["stage"].eq("search")]
+    robust = bool(spec.search.reeval_top) and trials["stage"].eq("reeval").any()
     picked: dict[str, dict[str, Any]] = {}
     unable: dict[str, list[str]] = {}
-    for arm in (a.name for a in spec.arms):
-        g = ok[ok["arm"] == arm]
-        for name, limit in limits.items():
-            within = g[g["cum_up_restricted"] <= limit]
-            if len(within):
-                best = within.sort_values(["val_acc", "trial_index"], ascending=[False, True])
-                picked.setdefault(arm, {})[name] = best.iloc[0]
-            else:
+    why: dict[str, dict[str, str]] = {}
+    limits: dict[str, float] = {}
+    for level in spec.uplink_levels:
+        for ledger in LEDGERS:
+            name = level_objective(level, ledger)
+            rd = readings_of(search, readings, level, ledger)
+            if rd["level_bytes"].notna().any():
+                limits[name] = float(rd["level_bytes"].dropna().iloc[0])
+            rows = search.assign(reading=rd["val_acc"], reading_status=rd["status"])
+            rows = rows.assign(reading_round=rd["round"], reading_cum_up=rd["cum_up"])
+            for arm in (a.name for a in spec.arms):
+                g = rows[rows["arm"].eq(arm)]
+                ok = g[g["reading_status"].isin(READ) & g["reading"].notna()]
+                if robust and len(ok):
+                    ok = ok[[len(reruns(trials, r)) > 0 for _, r in ok.iterrows()]]
+                    means = [
+                        _reading_mean(r, trials, readings, level, ledger, spec.search.reeval_seeds)
+                        for _, r in ok.iterrows()
+                    ]
+                    ok = ok.assign(reading_mean=means, reading=means)
+                if len(ok):
+                    best = ok.sort_values(["reading", "trial_index"], ascending=[False, True])
+                    picked.setdefault(arm, {})[name] = best.iloc[0]
+                    continue
                 unable.setdefault(arm, []).append(name)
-    return picked, unable, limits
+                over = len(g) and g["reading_status"].eq("over").all()
+                why.setdefault(arm, {})[name] = (
+                    "one round of every configuration spends more than the level"
+                    if over
+                    else "no configuration was read there (each stopped, failed or diverged first)"
+                )
+    return picked, unable, limits, why
 
 
-def candidates(trials: pd.DataFrame, spec: ExperimentSpec) -> pd.DataFrame:
+def candidates(
+    trials: pd.DataFrame, spec: ExperimentSpec, readings: pd.DataFrame | None = None
+) -> pd.DataFrame:
     """Per arm, the search rows robust selection re-evaluates: the best ``reeval_top`` by each
-    objective on the search seed (:func:`.selection.candidates`)."""
+    objective on the search seed (:func:`.selection.candidates`), and with uplink levels the
+    best ``reeval_top`` by their reading at each level and ledger."""
     ok = eligible(trials)
     bar = _bar(ok, spec, "val_acc")
-    return selection.candidates(trials, spec.objectives, bar, spec.search.reeval_top)
+    top = spec.search.reeval_top
+    out = [selection.candidates(trials, spec.objectives, bar, top)]
+    search = trials[trials["stage"].eq("search")]
+    for level in spec.uplink_levels:
+        for ledger in LEDGERS:
+            rd = readings_of(search, readings, level, ledger)
+            rows = search.assign(reading=rd["val_acc"])[rd["status"].isin(READ)]
+            rows = rows[rows["reading"].notna()]
+            for _, g in rows.groupby("arm", sort=False):
+                g = g.sort_values(["reading", "trial_index"], ascending=[False, True])
+                out.append(g.drop_duplicates("params_json").head(top).drop(columns="reading"))
+    both = pd.concat([o for o in out if len(o)]) if any(len(o) for o in out) else out[0]
+    return both.drop_duplicates(["arm", "params_json"])
 
 
 def selection_values(trials: pd.DataFrame, spec: ExperimentSpec) -> pd.DataFrame:
@@ -122,6 +188,8 @@ def mark(trials: pd.DataFrame, chosen: dict[str, dict[str, Any]]) -> pd.DataFram
 
 
 __all__ = [
+    "level_objective",
+    "readings_of",
     "budget_lines",
     "mark",
     "select",

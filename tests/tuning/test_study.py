@@ -165,7 +165,16 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
     counts = trials.groupby(["sweep", "arm"]).size()
     assert len(counts) == 16 * 2 and set(counts) == {1}
     assert set(final["seed"]) == {1001, 1002} and set(search["seed"]) == {101}
-    assert (final["test_reads"] == 1).all() and (final["status"] == "finished").all()
+    assert (final["status"] == "finished").all()
+    # the test split: once at T, and once per earlier round a level was read at
+    levels = read_table(out, "levels")
+    read = levels[levels["status"].isin(["crossed", "cap", "over"])]
+    early = read[read["round"] < 3].groupby("run_id")["round"].nunique()
+    got_reads = final.set_index("run_id")["test_reads"]
+    assert (got_reads == 1 + early.reindex(got_reads.index).fillna(0)).all()
+    in_search = levels["run_id"].isin(search["run_id"])
+    assert levels[in_search]["test_acc"].isna().all()
+    assert read[~in_search]["test_acc"].notna().all()
     per_arm = final.groupby(["sweep", "label"])["seed"].nunique()
     assert set(per_arm) == {2}
     assert {"fedavg", "topk_fedavg", "fed_ef", "dg_gate_off"} <= set(final["label"])
@@ -178,28 +187,38 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
 
     assert {a["machine"] for a in meta["attempts"]} == {describe_machine()}
     assert {a["commit"] for a in meta["attempts"]} == {code_commit()}
-    # selection at matched uplink: a dense arm reaches no level; every level an arm's one
-    # configuration reaches is that configuration, run once under the arm's label
+    # selection at matched uplink, from every run's readings in both ledgers: 3 rounds of 4
+    # clients, so dense FedAvg's first round (4 uploads) spends more than 10 % and 25 % of
+    # the 12 (unable, saying so) and is read at round 1 for 50 %; every level an arm's one
+    # configuration is read at is that configuration, run once under the arm's label
+    names = [f"up{p}{m}" for p in (10, 25, 50) for m in ("", "-measured")]
     for w in ("digits", "fashionmnist"):
         got = meta["choices"][w]
-        assert got["unable"]["fedavg"] == ["up10", "up25", "up50"]
-        assert set(got["level_bytes"]) == {"up10", "up25", "up50"}
+        assert sorted(got["level_bytes"]) == sorted(names)
+        assert got["unable"]["fedavg"] == ["up10", "up10-measured", "up25", "up25-measured"]
+        assert set(got["unable_why"]["fedavg"].values()) == {
+            "one round of every configuration spends more than the level"
+        }
+        assert got["arms"]["fedavg"]["up50"]["reading_round"] == 1
         for arm, objectives in got["arms"].items():
-            reached = [lv for lv in ("up10", "up25", "up50") if lv in objectives]
+            reached = [lv for lv in names if lv in objectives]
             unable = got["unable"].get(arm, [])
-            assert sorted(reached + unable) == ["up10", "up25", "up50"]
-            assert reached == ["up10", "up25", "up50"][len(unable) :]  # a level within reach
+            assert sorted(reached + unable) == sorted(names)
+            assert set(got["unable_why"].get(arm, {})) == set(unable)
             assert {o["label"] for o in objectives.values()} == {arm}
+    assert not [line for line in said if line.startswith("report: not written")], said
     md = (out / "report" / "report.md").read_text()
     assert "Study `study` (scale `small`)" in md and "Δ test acc vs topk_fedavg" in md
     assert (out / "report" / "pareto_arms.png").is_file()
     assert "## Bytes to validation accuracy digits 0.85, fashionmnist 0.7" in md
     # the matched-uplink sections: a level table with unable rows, the frontier figures
-    assert "## Accuracy at matched uplink" in md and "| unable |" in md
+    assert "## Accuracy at matched uplink" in md
+    assert "| unable: one round of every configuration spends more than the level |" in md
+    assert "| up50-measured |" in md and "p (Holm)" in md
     assert "## The frontier" in md
     for w in ("digits", "fashionmnist"):
         assert (out / "report" / f"frontier_{w}.png").is_file()
-    assert any(line.startswith("study study finished") for line in said)
+    assert any(line.startswith("study study finished") for line in said), said
 
 
 def test_report_leaderboard_prints_the_study_header(tmp_path, capsys):
@@ -465,57 +484,140 @@ def test_robust_selection_chooses_by_the_mean_and_a_failed_rerun_counts_as_the_p
     assert values.loc[2, "selection_mean"] != values.loc[2, "selection_mean"]  # NaN: no rerun
 
 
-def test_selection_at_matched_uplink_picks_the_best_within_each_level_and_marks_the_rest():
-    """Levels are fractions of the reference arm's tuned configuration's uplink (1,000 bytes
-    here): per arm and level the most accurate finished configuration within it; a level no
-    finished configuration stays within is marked unable, never filled from above."""
+def _reading(run_id, level, ledger, status, val=None, limit=1000.0, rnd=None):
+    return {
+        "run_id": run_id,
+        "level": level,
+        "ledger": ledger,
+        "status": status,
+        "val_acc": val,
+        "level_bytes": limit * level,
+        "round": rnd,
+        "cum_up": None,
+    }
+
+
+def test_selection_at_matched_uplink_reads_each_run_at_the_level_in_both_ledgers():
+    """Per arm, level and ledger the configuration whose reading (the model at the last round
+    within the level) is the most accurate on validation; a dense arm has a reading at every
+    level (an early round), so it is chosen there too; a stopped run's reading counts where
+    it was taken before the stop; a level no configuration was read at is unable, with why."""
     from reuse_ray.tuning.study import choices_record, final_labels, final_points
     from reuse_ray.tuning.study_select import select_levels
 
-    spec = dataclasses.replace(_one_seed(parse_experiment(_raw())), uplink_levels=(0.1, 0.25, 0.5))
-    rows = [  # arm, status, val_acc, saving, params, uplink bytes
-        ("fedavg", "finished", 0.90, 0.0, '{"a": 1}', 1000),
-        ("fedavg", "finished", 0.85, 0.0, '{"a": 2}', 1000),
-        ("topk_fedavg", "finished", 0.89, 0.6, '{"r": 1}', 400),  # the most accurate: 50 %
-        ("topk_fedavg", "finished", 0.86, 0.7, '{"r": 2}', 250),  # exactly 25 %: inside
-        ("topk_fedavg", "finished", 0.84, 0.8, '{"r": 3}', 200),
-        ("topk_fedavg", "finished", 0.88, 0.9, '{"r": 4}', 60),  # the best of 10 % and 25 %
-        ("topk_fedavg", "stopped", 0.95, 0.95, '{"r": 5}', 20),  # stopped early: no candidate
-        ("fed_ef", "finished", 0.80, 0.55, '{"e": 1}', 450),
-        ("fed_ef", "finished", 0.82, 0.52, '{"e": 2}', 480),
-        ("fed_ef", "diverged", None, 0.95, '{"e": 3}', 50),
+    spec = dataclasses.replace(_one_seed(parse_experiment(_raw())), uplink_levels=(0.1, 0.5))
+    rows = [  # arm, status, val_acc at T, saving, params
+        ("fedavg", "finished", 0.90, 0.0, '{"a": 1}'),
+        ("fedavg", "finished", 0.85, 0.0, '{"a": 2}'),
+        ("topk_fedavg", "finished", 0.89, 0.6, '{"r": 1}'),
+        ("topk_fedavg", "stopped", 0.70, 0.9, '{"r": 2}'),  # stopped after its up10 reading
+        ("fed_ef", "diverged", None, 0.5, '{"e": 1}'),
+        ("laq", "finished", 0.80, 0.0, '{"b": 1}'),
     ]
-    trials = _trials([r[:5] for r in rows])
-    trials["cum_up_restricted"] = [r[5] for r in rows]
+    trials = _trials(rows)
+    trials["run_id"] = [f"run{k}" for k in range(len(rows))]
     trials["trial_id"] = [f"t{k}" for k in range(len(rows))]
+    trials["cum_up_restricted"] = 1.0
+    readings = pd.DataFrame(
+        [
+            # dense FedAvg: up10 read early (round 4), up50 at round 20
+            _reading("run0", 0.1, "restricted", "crossed", 0.60, rnd=4),
+            _reading("run0", 0.1, "measured", "crossed", 0.60, rnd=4),
+            _reading("run0", 0.5, "restricted", "crossed", 0.84, rnd=20),
+            _reading("run0", 0.5, "measured", "crossed", 0.84, rnd=20),
+            _reading("run1", 0.1, "restricted", "crossed", 0.65, rnd=4),
+            _reading("run1", 0.1, "measured", "crossed", 0.55, rnd=3),  # its headers cost
+            _reading("run1", 0.5, "restricted", "crossed", 0.80, rnd=20),
+            _reading("run1", 0.5, "measured", "crossed", 0.80, rnd=20),
+            _reading("run2", 0.1, "restricted", "crossed", 0.70, rnd=9),
+            _reading("run2", 0.1, "measured", "crossed", 0.70, rnd=9),
+            _reading("run2", 0.5, "restricted", "cap", 0.89, rnd=40),
+            _reading("run2", 0.5, "measured", "cap", 0.89, rnd=40),
+            _reading("run3", 0.1, "restricted", "crossed", 0.75, rnd=30),  # before its stop
+            _reading("run3", 0.1, "measured", "crossed", 0.75, rnd=30),
+            _reading("run3", 0.5, "restricted", "stopped"),
+            _reading("run3", 0.5, "measured", "stopped"),
+            _reading("run4", 0.1, "restricted", "diverged"),
+            _reading("run4", 0.1, "measured", "diverged"),
+            _reading("run4", 0.5, "restricted", "diverged"),
+            _reading("run4", 0.5, "measured", "diverged"),
+            _reading("run5", 0.1, "restricted", "over", 0.10, rnd=0),  # one round: too much
+            _reading("run5", 0.1, "measured", "over", 0.10, rnd=0),
+            _reading("run5", 0.5, "restricted", "crossed", 0.70, rnd=1),
+            _reading("run5", 0.5, "measured", "crossed", 0.70, rnd=1),
+        ]
+    )
     chosen = select(selection_values(trials, spec), spec)
-    levels, unable, limits = select_levels(trials, spec, chosen)
-    assert limits == {"up10": 100.0, "up25": 250.0, "up50": 500.0}
+    levels, unable, limits, why = select_levels(trials, spec, readings)
+    assert limits == {"up10": 100.0, "up10-measured": 100.0, "up50": 500.0, "up50-measured": 500.0}
     pick = {arm: {lv: r["params_json"] for lv, r in got.items()} for arm, got in levels.items()}
-    assert pick["topk_fedavg"] == {"up10": '{"r": 4}', "up25": '{"r": 4}', "up50": '{"r": 1}'}
-    assert pick["fed_ef"] == {"up50": '{"e": 2}'}
-    assert unable["fed_ef"] == ["up10", "up25"]
-    assert unable["fedavg"] == ["up10", "up25", "up50"] and "fedavg" not in levels
-    assert unable["laq"] == ["up10", "up25", "up50"]  # no finished configuration at all
+    assert pick["fedavg"] == {
+        "up10": '{"a": 2}',  # 0.65 against 0.60
+        "up10-measured": '{"a": 1}',  # 0.60 against 0.55: the measured ledger chooses otherwise
+        "up50": '{"a": 1}',
+        "up50-measured": '{"a": 1}',
+    }
+    assert pick["topk_fedavg"]["up10"] == '{"r": 2}'  # read at round 30, stopped after
+    assert pick["topk_fedavg"]["up50"] == '{"r": 1}'  # the stopped run was never read there
+    assert levels["fedavg"]["up10"]["reading"] == 0.65
+    assert levels["fedavg"]["up10"]["reading_round"] == 4
+    assert "fed_ef" not in levels and unable["fed_ef"] == list(limits)
+    assert why["fed_ef"]["up10"].startswith("no configuration was read there")
+    assert unable["laq"] == ["up10", "up10-measured"]
+    assert why["laq"]["up10"] == "one round of every configuration spends more than the level"
     for arm, got in levels.items():
         chosen.setdefault(arm, {}).update(got)
     labels = final_labels(spec, chosen)
-    # one configuration chosen for every level of its arm runs once, under its first label
-    assert labels[("topk_fedavg", "val_acc")] == "topk_fedavg"
+    # one configuration chosen for several objectives runs once, under its first label
+    assert labels[("fedavg", "val_acc")] == "fedavg"
+    assert labels[("fedavg", "up10")] == "fedavg@up10"
+    assert labels[("fedavg", "up10-measured")] == "fedavg"
     assert labels[("topk_fedavg", "up10")] == "topk_fedavg@up10"
-    assert labels[("topk_fedavg", "up25")] == "topk_fedavg@up10"
-    assert labels[("topk_fedavg", "up50")] == "topk_fedavg"
-    assert labels[("fed_ef", "up50")] == "fed_ef"  # its most accurate is also within 50 %
     finals = final_points(spec, chosen)
     per_label = {}
     for p in finals:
         per_label.setdefault(p["label"], set()).add(p["seed"])
-    assert set(per_label) == {"fedavg", "topk_fedavg", "topk_fedavg@up10", "fed_ef"}
+    assert set(per_label) == {"fedavg", "fedavg@up10", "topk_fedavg", "topk_fedavg@up10", "laq"}
     assert all(seeds == set(spec.final_seeds) for seeds in per_label.values())
-    record = choices_record(spec, chosen, unable, limits)
-    assert record["arms"]["topk_fedavg"]["up25"]["label"] == "topk_fedavg@up10"
-    assert record["unable"]["fed_ef"] == ["up10", "up25"]
+    record = choices_record(spec, chosen, unable, limits, why)
+    assert record["arms"]["fedavg"]["up10"]["search_val_acc"] == 0.65
+    assert record["arms"]["fedavg"]["up10"]["reading_round"] == 4
+    assert record["unable_why"]["laq"]["up10"].startswith("one round")
     json.dumps(record)  # it goes to study.json
+
+
+def test_robust_selection_at_a_level_averages_the_readings_over_the_search_seeds():
+    from reuse_ray.tuning.study_select import candidates, select_levels
+
+    spec = parse_experiment(_raw())  # reeval_top 2 on seed 202
+    spec = dataclasses.replace(
+        spec,
+        uplink_levels=(0.1,),
+        search=dataclasses.replace(spec.search, reeval_top=1, reeval_seeds=(202,)),
+    )
+    trials = _trials(
+        [
+            ("topk_fedavg", "finished", 0.80, 0.9, '{"r": 1}'),
+            ("topk_fedavg", "finished", 0.70, 0.9, '{"r": 2}'),
+        ]
+    )
+    trials["run_id"] = ["s1", "s2"]
+    trials["seed"] = None
+    read = [
+        _reading("s1", 0.1, "restricted", "crossed", 0.66, rnd=8),  # lucky at up10
+        _reading("s2", 0.1, "restricted", "crossed", 0.64, rnd=8),
+    ]
+    cands = candidates(trials, spec, pd.DataFrame(read))
+    # the best val_acc configuration and the best reading at up10: here the same one
+    assert cands["params_json"].tolist() == ['{"r": 1}']
+    again = _trials([("topk_fedavg", "finished", 0.79, 0.9, '{"r": 1}')])
+    again["stage"], again["seed"], again["trial_index"], again["run_id"] = "reeval", 202, None, "e1"
+    read.append(_reading("e1", 0.1, "restricted", "crossed", 0.50, rnd=8))
+    both = pd.concat([trials, again], ignore_index=True)
+    levels, _, _, _ = select_levels(both, spec, pd.DataFrame(read))
+    got = levels["topk_fedavg"]["up10"]
+    # only candidates are chosen from, by the mean of their readings: (0.66 + 0.50) / 2
+    assert got["params_json"] == '{"r": 1}' and got["reading"] == pytest.approx(0.58)
 
 
 def test_with_uplink_levels_each_level_of_an_arm_has_its_own_asha():
