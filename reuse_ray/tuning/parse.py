@@ -306,8 +306,12 @@ def _arms(arms_raw: Any) -> tuple[Arm, ...]:
         raise ConfigError("arms", "expected a mapping of arm name -> {fixed: {...}, space: ...}")
     arms = []
     for a, block in arms_raw.items():
-        block = take_fields(block, f"arms.{a}", ("fixed", "space"))
+        block = take_fields(block, f"arms.{a}", ("fixed", "space", "ablation_of"))
         fixed = block.get("fixed") or {}
+        parent = block.get("ablation_of")
+        if parent is not None:
+            arms.append(_ablation(str(a), parent, fixed, block, arms_raw))
+            continue
         if not isinstance(fixed, dict) or "method.name" not in fixed:
             raise ConfigError(
                 f"arms.{a}.fixed",
@@ -323,6 +327,24 @@ def _arms(arms_raw: Any) -> tuple[Arm, ...]:
                 raise ConfigError(f"arms.{a}.space", str(err).split(": ", 1)[-1]) from None
         arms.append(Arm(str(a), dict(fixed), space))
     return tuple(arms)
+
+
+def _ablation(name: str, parent: Any, fixed: Any, block: dict, arms_raw: dict) -> Arm:
+    """An ablation arm: the searched arm it ablates and the fields it changes, no space."""
+    searched = [k for k, b in arms_raw.items() if not (b or {}).get("ablation_of")]
+    if parent not in searched:
+        raise ConfigError(
+            f"arms.{name}.ablation_of", f"{parent!r}; allowed: a searched arm: {searched}"
+        )
+    if "space" in block:
+        raise ConfigError(f"arms.{name}.space", "an ablation is not searched; allowed: none")
+    if not isinstance(fixed, dict) or not fixed:
+        raise ConfigError(
+            f"arms.{name}.fixed",
+            "expected the dotted run-config fields the ablation changes, e.g. "
+            "{method.dg.gate: 'off'}",
+        )
+    return Arm(name, dict(fixed), None, searched=False, ablation_of=str(parent))
 
 
 def _budget(raw: Any, workloads: dict[str, Any]) -> tuple[int, dict[str, int], int]:
@@ -396,7 +418,10 @@ def _study_search(raw: Any, workloads: dict, final_seeds) -> SearchSpec:
 def _check_arm_points(spec: ExperimentSpec) -> None:
     """Every arm's first point is a valid run on every workload."""
     for a in spec.arms:
-        point = arm_points(spec, a, count=1)[0]
+        if a.ablation_of:  # the parent's first point with the ablation's fields on top
+            point = {**arm_points(spec, spec.arm(a.ablation_of), count=1)[0], **a.fixed}
+        else:
+            point = arm_points(spec, a, count=1)[0]
         for w in spec.workloads:
             try:
                 spec.workload(w).run_config(point)

@@ -98,9 +98,11 @@ STUDY_ROWS = {  # key: (type, default, allowed, meaning)
     "arms": (
         "mapping",
         "required",
-        "name -> `fixed:`, `space:`",
+        "name -> `fixed:`, `space:` or `ablation_of:`",
         "arm name -> `fixed:` (dotted run-config fields the arm fixes, with `method.name`) and "
-        "`space:` (a registered space of its own knobs)",
+        "`space:` (a registered space of its own knobs); or an ablation, not searched: "
+        "`ablation_of:` a searched arm and `fixed:` the fields it changes — its final runs are "
+        "each of that arm's choices with them on top",
     ),
     "budget": (
         "block",

@@ -254,6 +254,9 @@ class Arm:
     space: str | None = None
     searched: bool = True
     seeds: tuple[int, ...] | None = None
+    # a study's ablation of a searched arm: not searched; its final runs are each of that arm's
+    # chosen configurations with ``fixed`` on top (every other setting shared), ARM@<objective>
+    ablation_of: str | None = None
 
 
 @dataclass(frozen=True)

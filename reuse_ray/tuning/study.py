@@ -193,7 +193,9 @@ class StudyPlan(Plan):
         study = exp.spec
         self.exp, self.study, self.w = exp, study, w
         self.spec, self.reference = study.workload(w), None
-        self.points = [dict(p, label=a.name) for a in study.arms for p in arm_points(study, a)]
+        self.points = [
+            dict(p, label=a.name) for a in study.arms if a.searched for p in arm_points(study, a)
+        ]
 
     def search(self, run) -> pd.DataFrame:
         return self.rows(
@@ -242,7 +244,8 @@ class StudyPlan(Plan):
         )
         for arm, got in levels.items():
             chosen.setdefault(arm, {}).update(got)
-        return chosen, study_select.mark(trials, chosen).drop(columns=["trial_index"])
+        marked = study_select.mark(trials, chosen).drop(columns=["trial_index"])
+        return study_select.ablations(chosen, study), marked
 
     def said_choice(self, chosen, trials: pd.DataFrame, say) -> None:
         study, w = self.study, self.w
@@ -259,7 +262,12 @@ class StudyPlan(Plan):
         return f"[{self.w}] final: {n} runs on fresh seeds, test split read once"
 
     def after_final(self, chosen, trials, finals: pd.DataFrame, say) -> None:
-        rows = {arm: got["val_acc"] for arm, got in chosen.items() if "val_acc" in got}
+        searched = {a.name for a in self.study.arms if a.searched}
+        rows = {
+            arm: got["val_acc"]
+            for arm, got in chosen.items()
+            if "val_acc" in got and arm in searched
+        }
         gaps = self.exp.gaps[self.w] = selection_gaps(trials, rows, finals)
         for arm, gap in gaps.items():
             say(f"[{self.w}] {gap_line(arm, gap)}")
@@ -357,6 +365,7 @@ def choices_record(spec: ExperimentSpec, chosen, unable, limits, why=None) -> di
                 "label": labels[(arm, o)],
                 "params": json.loads(r["params_json"]),
                 "trial_id": r["trial_id"],
+                **({"ablation_of": spec.arm(arm).ablation_of} if spec.arm(arm).ablation_of else {}),
                 "search_val_acc": _num(_search_value(r)),
                 "search_cum_up_restricted": _num(r["cum_up_restricted"]),
                 **(
@@ -386,7 +395,7 @@ def _search_args(spec: ExperimentSpec, sweep: WorkloadSpec, points: list) -> dic
     from .budget import ClientRoundBudget
     from .study_search import ArmPoints, MakeScheduler, PerArm
 
-    ledger = ClientRoundBudget.of(sweep, [a.name for a in spec.arms])
+    ledger = ClientRoundBudget.of(sweep, [a.name for a in spec.arms if a.searched])
     return {
         "param_space": {},
         "search_alg": ArmPoints(points, ledger),

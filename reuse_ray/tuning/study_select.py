@@ -10,6 +10,7 @@ over the search and re-evaluation seeds.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pandas as pd
@@ -102,7 +103,7 @@ def select_levels(
                 limits[name] = float(rd["level_bytes"].dropna().iloc[0])
             rows = search.assign(reading=rd["val_acc"], reading_status=rd["status"])
             rows = rows.assign(reading_round=rd["round"], reading_cum_up=rd["cum_up"])
-            for arm in (a.name for a in spec.arms):
+            for arm in (a.name for a in spec.arms if a.searched):
                 g = rows[rows["arm"].eq(arm)]
                 ok = g[g["reading_status"].isin(READ) & g["reading"].notna()]
                 if robust and len(ok):
@@ -159,7 +160,7 @@ def budget_lines(trials: pd.DataFrame, spec: ExperimentSpec, budget: int) -> lis
     """Per arm: configurations tried, how many a scheduler or the budget stopped, client-rounds
     spent by the search and by robust selection, against the budget."""
     lines = []
-    for arm in (a.name for a in spec.arms):
+    for arm in (a.name for a in spec.arms if a.searched):
         t = trials[trials["arm"].eq(arm)]
         search = t[t["stage"].eq("search")]
         spent = int(search["client_rounds"].fillna(0).sum())
@@ -171,6 +172,24 @@ def budget_lines(trials: pd.DataFrame, spec: ExperimentSpec, budget: int) -> lis
             + (f", robust selection {again} more" if again else "")
         )
     return lines
+
+
+def ablations(chosen: dict[str, dict[str, Any]], spec: ExperimentSpec) -> dict:
+    """``chosen`` with each ablation arm's choices: every objective its parent chose, the
+    parent's configuration with the ablation's fields on top (its final runs share every
+    other setting, so the two compare as an ablation)."""
+    out = dict(chosen)
+    for a in spec.arms:
+        if not a.ablation_of:
+            continue
+        got = {}
+        for objective, row in chosen.get(a.ablation_of, {}).items():
+            params = {**json.loads(row["params_json"]), **a.fixed}
+            got[objective] = row.copy()
+            got[objective]["params_json"] = json.dumps(params, sort_keys=True)
+        if got:
+            out[a.name] = got
+    return out
 
 
 def mark(trials: pd.DataFrame, chosen: dict[str, dict[str, Any]]) -> pd.DataFrame:
@@ -188,6 +207,7 @@ def mark(trials: pd.DataFrame, chosen: dict[str, dict[str, Any]]) -> pd.DataFram
 
 
 __all__ = [
+    "ablations",
     "level_objective",
     "readings_of",
     "budget_lines",

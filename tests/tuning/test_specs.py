@@ -102,7 +102,7 @@ def test_both_kinds_of_file_parse_into_one_spec_of_workloads_and_arms():
     }
     assert sweep.workload(sweep.name).name == sweep.name  # its Tune experiments, trials table
     assert list(study.workloads) == ["digits", "fashionmnist"]
-    assert all(a.searched for a in study.arms) and study.arms[0].name == "fedavg"
+    assert all(a.searched or a.ablation_of for a in study.arms) and study.arms[0].name == "fedavg"
     view = study.workload("digits")
     assert view.name == "study-digits" and view.base == study.workloads["digits"]
     assert view.run_config().fl.rounds == 3  # the small scale's digits workload

@@ -31,6 +31,17 @@ def _raw() -> dict:
     [
         (lambda r: r["final"].update(seeds=[101, 1002]), "final.seeds", "used by the search"),
         (lambda r: r["arms"]["laq"].update(space="nope"), "arms.laq.space", "nope"),
+        (
+            lambda r: r["arms"]["dg_gate_off"].update(ablation_of="nobody"),
+            "arms.dg_gate_off.ablation_of",
+            "a searched arm",
+        ),
+        (
+            lambda r: r["arms"]["dg_gate_off"].update(space="dg_fedreuse"),
+            "arms.dg_gate_off.space",
+            "not searched",
+        ),
+        (lambda r: r["arms"]["dg_gate_off"].update(fixed={}), "arms.dg_gate_off.fixed", "changes"),
         (lambda r: r["arms"]["laq"]["fixed"].pop("method.name"), "arms.laq.fixed", "method.name"),
         (lambda r: r.update(retention_reference="nobody"), "retention_reference", "fedavg"),
         (lambda r: r.update(compare_to=["nobody"]), "compare_to", "topk_fedavg"),
@@ -79,7 +90,8 @@ def test_an_unknown_scale_is_one_clear_error():
 def test_every_arm_gets_the_same_budget_and_the_same_shared_ranges():
     spec = parse_experiment(_raw())
     assert len(spec.arms) == 16
-    for arm in spec.arms:
+    assert [a.name for a in spec.arms if not a.searched] == ["dg_gate_off"]  # an ablation
+    for arm in (a for a in spec.arms if a.searched):
         points = arm_points(spec, arm)
         assert len(points) == spec.trials_per_arm == 24  # the most an arm may try
         assert spec.client_rounds == {"digits": 2400, "fashionmnist": 1600}  # the same for all
@@ -163,7 +175,7 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
     assert (search["test_reads"] == 0).all() and search["test_acc"].isna().all()
     trials = read_table(out, "trials")
     counts = trials.groupby(["sweep", "arm"]).size()
-    assert len(counts) == 16 * 2 and set(counts) == {1}
+    assert len(counts) == 15 * 2 and set(counts) == {1}  # the ablation is not searched
     assert set(final["seed"]) == {1001, 1002} and set(search["seed"]) == {101}
     assert (final["status"] == "finished").all()
     # the test split: once at T, and once per earlier round a level was read at
@@ -200,6 +212,12 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
             "one round of every configuration spends more than the level"
         }
         assert got["arms"]["fedavg"]["up50"]["reading_round"] == 1
+        # the ablation: each of DG-FedReuse's choices with the gate off, all else shared
+        dg, off = got["arms"]["dg_fedreuse"], got["arms"].pop("dg_gate_off")
+        assert set(off) == set(dg)
+        for objective, choice in off.items():
+            assert choice["params"] == {**dg[objective]["params"], "method.dg.gate": "off"}
+            assert choice["ablation_of"] == "dg_fedreuse" and choice["label"] == "dg_gate_off"
         for arm, objectives in got["arms"].items():
             reached = [lv for lv in names if lv in objectives]
             unable = got["unable"].get(arm, [])
