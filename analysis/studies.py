@@ -174,6 +174,66 @@ def _selection(study: dict) -> str:
     return out
 
 
+def cost_line(study: dict, res: Results) -> str:
+    """What the study cost, as a person pays it: the calendar span from its first launch to
+    its end (or to now's record), the core-hours of its runs (Σ wall_s × the CPUs a trial
+    reserved; 1 where study.json predates the record), every launch with its commit, and
+    the runs resumed from a checkpoint; empty without a record of launches."""
+    import datetime as dt
+
+    attempts = study.get("attempts") or []
+    start, end = study.get("started_at"), study.get("finished_at")
+    if not start:
+        return ""
+    t0 = dt.datetime.fromisoformat(start)
+    t1 = dt.datetime.fromisoformat(end) if end else None
+    frames = [r for r in (res.runs, res.excluded_runs) if len(r) and "wall_s" in r]
+    runs = pd.concat(frames).drop_duplicates("run_id", keep="last") if frames else pd.DataFrame()
+    cpus = float(study.get("trial_cpus") or 1.0)
+    core_h = float(runs["wall_s"].fillna(0).sum()) * cpus / 3600 if len(runs) else 0.0
+    resumed = int((runs["attempts"].fillna(1) > 1).sum()) if "attempts" in runs else 0
+    commits = ", ".join(
+        f"{(a.get('started_at') or '')[:16]} at {str(a.get('commit') or 'unknown')[:10]}"
+        + (" (final only)" if a.get("final_only") else "")
+        for a in attempts
+    )
+    span = f"{(t1 - t0).total_seconds() / 3600:.1f} h" if t1 else "not finished"
+    return (
+        f"Cost: calendar span {span}, runs {core_h:.1f} core-hours ({len(runs)} runs, "
+        f"{resumed} resumed from a checkpoint); {len(attempts)} launch"
+        f"{'es' if len(attempts) != 1 else ''}: {commits or 'not recorded'}.\n"
+    )
+
+
+def convergence_line(res: Results, study: dict) -> str:
+    """Whether the regime has converged, measured: per workload, the reference arm's final
+    runs' mean validation accuracy gained over the last quarter of the rounds (from the last
+    validation at or before 3T/4 to T), against 0.3 pp."""
+    ref = study.get("retention_reference")
+    runs = res.runs
+    if not ref or not len(runs) or "label" not in runs:
+        return ""
+    parts = []
+    for w in study.get("workloads") or []:
+        mine = runs[runs["stage"].eq("final") & runs["label"].eq(ref)]
+        mine = mine[mine["sweep"].eq(f"{study['name']}-{w}")]
+        r = res.rounds[res.rounds["run_id"].isin(mine["run_id"]) & res.rounds["val_acc"].notna()]
+        if not len(r):
+            continue
+        T = int(r["round"].max())
+        early = r[r["round"] <= 3 * T / 4]
+        if not len(early):
+            continue
+        t = int(early["round"].max())
+        gain = r[r["round"] == T]["val_acc"].mean() - r[r["round"] == t]["val_acc"].mean()
+        verdict = "converged" if gain < 0.003 else "not converged"
+        parts.append(
+            f"{w}: `{ref}` gains {100 * gain:+.2f} pp of validation accuracy from round {t} "
+            f"to {T} ({verdict}: the bar is 0.3 pp)"
+        )
+    return ("Convergence: " + "; ".join(parts) + ".\n") if parts else ""
+
+
 def _when(study: dict, wall) -> str:
     """When and where: the dates, every machine a launch ran on, the wall time (so far, and
     how it stands, for a study not finished)."""
@@ -198,8 +258,13 @@ def budget_section(study: dict, res: Results, full: bool = True) -> list[str]:
     table = search_budget(res.trials, study)
     if not len(table):
         return []
+    more = [x for x in (cost_line(study, res), convergence_line(res, study)) if x]
     if not full:
-        return [*budget_summary(table), *([gap_summary(study)] if gap_summary(study) else [])]
+        return [
+            *budget_summary(table),
+            *([gap_summary(study)] if gap_summary(study) else []),
+            *more,
+        ]
     return [
         "## Search budget and selection gap per arm\n",
         "Configurations tried in the search stage, how many the scheduler (or the spent "
@@ -208,5 +273,6 @@ def budget_section(study: dict, res: Results, full: bool = True) -> list[str]:
         "configuration's validation accuracy on the search seed(s) minus its mean on the "
         "fresh final seeds.\n",
         *([gap_summary(study)] if gap_summary(study) else []),
+        *more,
         tables.markdown(table),
     ]

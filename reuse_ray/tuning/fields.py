@@ -156,3 +156,24 @@ def check_range(path: str, value: Any) -> tuple[float, float, bool]:
             path, f"{value!r}; allowed: [low, high] or [low, high, log|linear] with 0 < low < high"
         )
     return float(value[0]), float(value[1]), len(value) == 3 and value[2] == "log"
+
+
+def check_ablation(name: str, parent: Any, fixed: Any, block: dict, arms_raw: dict):
+    """A study's ablation arm (:class:`.spec.Arm`): the searched arm it ablates and the
+    fields it changes, no space."""
+    from .spec import Arm
+
+    searched = [k for k, b in arms_raw.items() if not (b or {}).get("ablation_of")]
+    if parent not in searched:
+        raise ConfigError(
+            f"arms.{name}.ablation_of", f"{parent!r}; allowed: a searched arm: {searched}"
+        )
+    if "space" in block:
+        raise ConfigError(f"arms.{name}.space", "an ablation is not searched; allowed: none")
+    if not isinstance(fixed, dict) or not fixed:
+        raise ConfigError(
+            f"arms.{name}.fixed",
+            "expected the dotted run-config fields the ablation changes, e.g. "
+            "{method.dg.gate: 'off'}",
+        )
+    return Arm(name, dict(fixed), None, searched=False, ablation_of=str(parent))

@@ -16,6 +16,7 @@ from ..config import ConfigError, RunConfig
 from ..configio import set_dotted
 from ..results.storage import anchored
 from .fields import (
+    check_ablation,
     check_budget,
     check_checkpoint_every,
     check_fraction,
@@ -310,7 +311,7 @@ def _arms(arms_raw: Any) -> tuple[Arm, ...]:
         fixed = block.get("fixed") or {}
         parent = block.get("ablation_of")
         if parent is not None:
-            arms.append(_ablation(str(a), parent, fixed, block, arms_raw))
+            arms.append(check_ablation(str(a), parent, fixed, block, arms_raw))
             continue
         if not isinstance(fixed, dict) or "method.name" not in fixed:
             raise ConfigError(
@@ -327,24 +328,6 @@ def _arms(arms_raw: Any) -> tuple[Arm, ...]:
                 raise ConfigError(f"arms.{a}.space", str(err).split(": ", 1)[-1]) from None
         arms.append(Arm(str(a), dict(fixed), space))
     return tuple(arms)
-
-
-def _ablation(name: str, parent: Any, fixed: Any, block: dict, arms_raw: dict) -> Arm:
-    """An ablation arm: the searched arm it ablates and the fields it changes, no space."""
-    searched = [k for k, b in arms_raw.items() if not (b or {}).get("ablation_of")]
-    if parent not in searched:
-        raise ConfigError(
-            f"arms.{name}.ablation_of", f"{parent!r}; allowed: a searched arm: {searched}"
-        )
-    if "space" in block:
-        raise ConfigError(f"arms.{name}.space", "an ablation is not searched; allowed: none")
-    if not isinstance(fixed, dict) or not fixed:
-        raise ConfigError(
-            f"arms.{name}.fixed",
-            "expected the dotted run-config fields the ablation changes, e.g. "
-            "{method.dg.gate: 'off'}",
-        )
-    return Arm(name, dict(fixed), None, searched=False, ablation_of=str(parent))
 
 
 def _budget(raw: Any, workloads: dict[str, Any]) -> tuple[int, dict[str, int], int]:

@@ -78,6 +78,9 @@ def _metadata(
             "reeval_seeds": list(spec.search.reeval_seeds),
             "max_concurrent_trials": spec.search.max_concurrent_trials,
         },
+        # what each trial reserved: the report's core-hours are its runs' wall time × this
+        "trial_cpus": spec.trial.cpus
+        + (spec.trial.workers * spec.trial.cpu_per_worker if spec.trial.backend == "ray" else 0),
         "objectives": list(spec.objectives),
         "uplink_levels": list(spec.uplink_levels),
         "target_of_reference": spec.target_of_reference,

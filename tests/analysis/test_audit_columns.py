@@ -65,3 +65,21 @@ def test_censored_labels_show_a_lower_bound_and_no_interval(shipped):
     assert laq["censored"] == 5 and laq["uplink to target MB"].startswith("≥ ")
     assert laq["Δ MB vs topk_fedavg"] == "censored"
     assert isinstance(btt.loc["dg_fedreuse@up10", "uplink to target MB"], float)
+
+
+def test_the_cost_and_the_convergence_are_measured_from_the_record(shipped):
+    from analysis.studies import convergence_line, cost_line
+
+    res, study = shipped
+    runs = pd.read_parquet(STUDY / "runs")
+    rounds = pd.read_parquet(STUDY / "rounds")
+    core_h = runs["wall_s"].fillna(0).sum() / 3600  # one CPU a trial
+    line = cost_line(study, res)
+    assert "calendar span 16.1 h" in line and f"runs {core_h:.1f} core-hours" in line
+    assert f"({len(runs)} runs" in line and line.count(" at ") == len(study["attempts"])
+    ref = runs[runs["stage"].eq("final") & runs["label"].eq("fedavg")]["run_id"]
+    r = rounds[rounds["run_id"].isin(ref)].groupby("round")["val_acc"].mean()
+    gain = 100 * (r[40] - r[30])  # the last quarter of 40 rounds: from round 30
+    assert f"gains {gain:+.2f} pp" in convergence_line(res, study) and "not converged" in (
+        convergence_line(res, study)
+    )
