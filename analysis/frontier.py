@@ -417,8 +417,6 @@ def frontier_plot(res: Results, study: dict, out: Path) -> list[Path]:
         limits = got.get("level_bytes") or {}
         for ax, ledger in zip(axes, ("restricted", "measured"), strict=True):
             mine = {k: v for k, v in limits.items() if objective_level(k)[1] == ledger}
-            if ledger == "measured" and not mine and len(res.levels):
-                mine = {k: v for k, v in limits.items()}  # one budget, read in both ledgers
             _panel(ax, rounds, pts, styles, ledger, mine)
         axes[0].set_ylabel("validation accuracy (lines), final test accuracy (stars)")
         if len(pts) and pts["test_acc"].notna().any():  # the frontier's end, not round 1's

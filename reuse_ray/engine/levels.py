@@ -103,24 +103,19 @@ class LevelReader:
             reading(self.run_id, self.seed, ledger, f, self.limits[f], status, *values)
         )
 
-    def on_round(
-        self, t: int, before: RoundBytes, after: RoundBytes, held: Any, val: Any
-    ) -> list[dict]:
-        """Round t was recorded (``val``: its validation or None); the readings it caused."""
+    def on_round(self, t: int, before: RoundBytes, after: RoundBytes, held: Any, val: Any) -> None:
+        """Round t was recorded (``val``: its validation or None): read the levels it crossed
+        at round t−1, whose validation is reused where round t−1 was validated."""
         pairs = crossed(before, after, self.limits)
-        new: list[dict] = []
         if pairs:
             r = t - 1
             seen = self.last_val
             v = seen[1] if seen is not None and seen[0] == r else self.evaluate(None, held)
             test = self.evaluate(self.read_test(), held) if self.read_test else None
-            n = len(self.rows)
             for ledger, f in pairs:
                 status = "over" if r == 0 else "crossed"
                 self._row(ledger, f, status, r, cum_up(before, ledger), v, test)
-            new = self.rows[n:]
         self.last_val = (t, val) if val is not None else None
-        return new
 
     def close(
         self,

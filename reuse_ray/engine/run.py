@@ -312,7 +312,7 @@ class Run:
         self.completed = p.round
         checkpoint = live and p.checkpoint
         if p.val is not None or checkpoint:
-            self.writer.flush(("rounds", "client_events"))
+            self.writer.flush(("rounds", "client_events", "levels"))  # levels: once it has rows
         blob = None
         if checkpoint:
             total, _ = self.wall()

@@ -153,3 +153,20 @@ def test_a_resumed_run_reads_its_levels_as_an_undisturbed_one(tmp_path):
         resumed = small_config(tmp_path / f"resumed{t}", **kw)
         run_fl(resumed, hooks=RunHooks(resume=blobs[t]))
         pd.testing.assert_frame_equal(a, _levels(resumed.results_dir), check_exact=True)
+
+
+def test_readings_are_on_disk_with_the_rounds_while_the_run_goes_on(tmp_path):
+    """Readings flush with the rounds (at validation rounds): a watcher, or a run killed
+    outright later, finds them before the run ends."""
+    from reuse_ray.engine.observers import OnRound
+
+    cfg = small_config(tmp_path, **DENSE, fl__uplink_levels=[0.3])  # crossed in round 2
+    seen = {}
+
+    def look(row, blob):
+        if row["round"] == 3:  # a validation round, after the reading at round 1
+            seen["levels"] = read_table_if_any(cfg.results_dir, "levels")
+
+    run_fl(cfg, hooks=RunHooks(observers=(OnRound(look),)))
+    assert seen["levels"] is not None
+    assert sorted(seen["levels"]["round"].tolist()) == [1, 1]
