@@ -307,6 +307,7 @@ class Launcher:
     say: Callable[[str], Any] = print
     verbose: int = 0
     mlflow: str | None = None
+    set_aside: tuple[str, ...] = ()  # the run ids a resume set aside as damaged
 
     def __call__(self, spec: WorkloadSpec, stage: str, **kw):
         return launch(

@@ -99,6 +99,8 @@ def run_experiment(
     try:
         for plan in exp.plans():
             searched = final_only or (resume and plan.search_finished())
+            if searched and _lost_search_runs(plan, run, final_only):
+                searched = False  # the search resumes and recomputes them
             outcomes.append(run_workload(plan, run, searched))
     except KeyboardInterrupt:
         exp.interrupted()
@@ -106,6 +108,26 @@ def run_experiment(
     exp.finished(outcomes, say)
     report_at_end(exp.spec.results_dir, say)
     return outcomes
+
+
+def _lost_search_runs(plan: Plan, run: Launcher, final_only: bool) -> list[str]:
+    """The runs of a finished search that this launch set aside as damaged: a ``--resume``
+    walks the search again (its Tune state ends each trial; a trial whose run is gone is
+    recomputed), so the choice is made from every run, as before; ``--final`` refuses."""
+    if not run.set_aside:
+        return []
+    lost = sorted(set(plan.finished_search()["run_id"]) & set(run.set_aside))
+    if lost and final_only:
+        raise UserError(
+            f"--final: {len(lost)} search runs of {plan.spec.name!r} were damaged and set "
+            f"aside ({', '.join(lost[:3])}{' …' if len(lost) > 3 else ''}); the choice "
+            "needs them — run with --resume to recompute them"
+        )
+    if lost:
+        run.say(
+            f"search: {len(lost)} of its runs were damaged; the search resumes to recompute them"
+        )
+    return lost
 
 
 def open_experiment(exp: Experiment, resume, final_only, say, verbose, mlflow, address):
@@ -117,7 +139,7 @@ def open_experiment(exp: Experiment, resume, final_only, say, verbose, mlflow, a
     ensure_ray(address or exp.spec.ray_address())
     flag = "--resume" if resume else "--final"
     exp.spec = dated(exp.spec, resume or final_only, exp.what, flag)
-    open_folder(exp.spec, resume, final_only, exp.what, exp.started(final_only), say)
+    aside = open_folder(exp.spec, resume, final_only, exp.what, exp.started(final_only), say)
     import optuna
     import ray
 
@@ -127,7 +149,7 @@ def open_experiment(exp: Experiment, resume, final_only, say, verbose, mlflow, a
     if verbose < 1:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
     # --final continues a final stage the results hold, as --resume does
-    run = Launcher(concurrency, resume or final_only, say, verbose, mlflow)
+    run = Launcher(concurrency, resume or final_only, say, verbose, mlflow, tuple(aside))
     say(exp.header(run, resources))
     return run
 
@@ -187,10 +209,11 @@ def dated(spec, resume: bool, what: str = "sweep", flag: str = "--resume"):
     return dataclasses.replace(spec, results_dir=dated_folder(spec.results_dir), dated=False)
 
 
-def open_folder(spec, resume: bool, final_only: bool, what: str, started: bool, say) -> None:
+def open_folder(spec, resume: bool, final_only: bool, what: str, started: bool, say) -> list[str]:
     """A sweep's or a study's folder, opened as asked: refuse a start over earlier results,
     or a ``--resume``/``--final`` where nothing was started; check it is writable; with
-    either, set every damaged table file aside (named on the console)."""
+    either, set every damaged table file aside (named on the console). Returns the run ids
+    set aside."""
     where = display(spec.results_dir)
     say(f"results root: {where}")
     if started and not resume and not final_only:
@@ -206,8 +229,7 @@ def open_folder(spec, resume: bool, final_only: bool, what: str, started: bool, 
             f"interrupted {what} with --results"
         )
     Storage.of(spec.results_dir).check_writable(keep=True)
-    if resume or final_only:
-        set_aside_damaged(spec.results_dir, say)
+    return set_aside_damaged(spec.results_dir, say) if resume or final_only else []
 
 
 def report_at_end(location: str, say) -> None:

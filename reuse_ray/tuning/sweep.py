@@ -73,12 +73,20 @@ def _reference_val(spec: WorkloadSpec, say) -> float | None:
     if spec.search.objective != "retention":
         return None
     from ..engine import RunHooks
+    from ..results.storage import anchored
+    from ..results.writer import RunWriter
     from ..runner import run_fl
     from .trainable import trial_backend
 
     # the trials' engine settings (device, vectorize, channels_last, workers), so the bar is
     # measured as the trials it judges are
     cfg = spec.run_config(spec.search.reference)
+    # a resumed or --final sweep: the reference finished here before (the engine refuses to
+    # run it again), so its recorded validation accuracy is the bar, as it was
+    done = RunWriter(anchored(cfg.results_dir)[0], cfg.run_id, cfg.method.name).previous_result()
+    if done is not None:
+        say(f"retention reference run {cfg.run_id}: finished here before, its result kept")
+        return done["final_val_acc"]
     say(f"retention reference run {cfg.run_id} ({spec.search.reference or 'base config'})")
     hooks = RunHooks(stage="search", evaluate_test=False, sweep=spec.name, trial_id="reference")
     summary = run_fl(cfg, backend=trial_backend(spec, cfg, "reference"), hooks=hooks)
@@ -178,6 +186,9 @@ class SweepPlan(Plan):
             where = join(spec.results_dir, trials_file(spec.name))
             raise UserError(f"--final needs a finished search: {where} is missing")
         trials = pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
+        if spec.search.objective == "retention":  # the reference the search was scored with
+            ref = trials["reference_val_acc"].dropna()
+            self.reference = float(ref.iloc[0]) if len(ref) else _reference_val(spec, print)
         return trials[trials["stage"].ne("reeval")].reset_index(drop=True)
 
     def search_finished(self) -> bool:

@@ -483,6 +483,53 @@ def test_robust_selection_reruns_the_best_on_further_search_seeds_and_chooses_by
     )
 
 
+def test_a_retention_sweep_resumed_in_its_search_and_finalled_keeps_its_reference(tmp_path):
+    """A retention sweep whose search was interrupted (its reference run finished, no trials
+    table yet) resumes without running the reference again (the engine refuses a finished
+    run); ``--final`` scores the re-evaluation rows against the same reference, as the search
+    did — never ``None`` and the -2 penalty."""
+    raw = sweep(
+        tmp_path,
+        search={
+            "space": "dg_fedreuse",
+            "searcher": "random",
+            "objective": "retention",
+            "num_samples": 2,
+            "retention": 0.5,
+            "reference": {"method.name": "fedavg", "method.topk_ratio": 1.0},
+            "reeval_top": 1,
+            "reeval_seeds": [11],
+        },
+        final={"seeds": [21]},
+    )
+    run_sweep(parse_experiment(raw), say=lambda m: None)
+    root = tmp_path / "sweep"
+    trials = read_table(root, "trials")
+    ref = trials["reference_val_acc"].dropna().unique()
+    assert len(ref) == 1 and ref[0] > 0.1
+    runs = read_table(root, "runs")
+    # the search interrupted before its trials table: --resume walks it again
+    os.replace(root / "trials", tmp_path / "trials-aside")
+    said: list[str] = []
+    run_sweep(parse_experiment(raw), resume=True, say=said.append)
+    resumed = read_table(root, "trials")
+    assert (read_table(root, "runs")["trial_id"] == "reference").sum() == 1
+    assert set(read_table(root, "runs")["run_id"]) == set(runs["run_id"])
+    assert resumed["reference_val_acc"].eq(ref[0]).all(), resumed["reference_val_acc"]
+    # --final: the re-evaluation stage's rows scored against the recorded reference
+    run_sweep(parse_experiment(raw), final_only=True, say=said.append)
+    final = read_table(root, "trials")
+    again = final[final["stage"] == "reeval"]
+    assert len(again) == 1 and again["reference_val_acc"].eq(ref[0]).all()
+    assert (again["objective_value"] > -2).all(), again[["val_acc", "objective_value"]]
+    cols = ["stage", "run_id", "objective_value", "selection_mean", "selected"]
+    key = ["stage", "run_id"]
+    pd.testing.assert_frame_equal(
+        final[cols].sort_values(key, ignore_index=True),
+        trials[cols].sort_values(key, ignore_index=True),
+    )
+
+
 @pytest.mark.parametrize(
     ("change", "fragment"),
     [

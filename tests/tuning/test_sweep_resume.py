@@ -302,6 +302,35 @@ def test_resume_sets_a_damaged_result_aside_and_recomputes_it(tmp_path, sweep_fi
     _assert_same_as(calm, hit)
 
 
+def test_each_run_table_damaged_in_a_finished_sweep_is_recomputed(tmp_path, sweep_file, calm):
+    """Each of the four run tables truncated to half its bytes, each in another run (three of
+    the search, whose trials table is intact, and the final run): ``--resume`` names every
+    file, and recomputes every run (the search's by walking its search again) — no run is lost
+    from the choice or the tables."""
+    import shutil
+
+    hit = tmp_path / "hit"
+    shutil.copytree(calm, hit)
+    runs = read_table(calm, "runs").sort_values(["stage", "run_id"])
+    search = runs.query("stage == 'search'")
+    final = runs.query("stage == 'final'")
+    targets = dict(zip(["runs", "client_events", "clients"], search.itertuples(), strict=False))
+    targets["rounds"] = next(final.itertuples())
+    for table, row in targets.items():
+        f = hit / table / f"method={row.method}" / f"{row.run_id}.parquet"
+        f.write_bytes(f.read_bytes()[: f.stat().st_size // 2])
+    done = _sweep_to_the_end(sweep_file, hit, "--resume")
+    named = [ln for ln in done.stdout.splitlines() if ln.startswith("damaged result:")]
+    assert len(named) == 4, done.stdout[-3000:]
+    for table, row in targets.items():
+        assert any(f"/{table}/" in ln and row.run_id in ln for ln in named), table
+        assert f"recomputing {row.run_id}" in done.stdout, (table, done.stdout[-3000:])
+    assert "the search resumes to recompute them" in done.stdout
+    _assert_same_as(calm, hit)
+    clients = read_table(hit, "clients")
+    assert set(clients["run_id"]) == set(runs["run_id"])
+
+
 def test_a_budgeted_search_killed_and_resumed_spends_its_budget_once(tmp_path):
     """The client-round ledger survives a killed driver: Tune's restored stopper starts empty,
     and the ledger reads what the runs table recorded as spent — else the resumed search would
