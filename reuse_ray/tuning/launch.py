@@ -133,10 +133,7 @@ def _tune_config(spec, stage, search_alg, scheduler, num_samples, metric, mode, 
         num_samples=num_samples,
         metric=metric,
         mode=mode,
-        # a grid generator carries its own limit (set in make_searcher)
-        max_concurrent_trials=None
-        if _is_variant_generator(search_alg) or _synchronous(spec, stage)
-        else concurrency,
+        max_concurrent_trials=_limit(spec, stage, search_alg, num_samples, concurrency),
         trial_name_creator=lambda trial: trial_label(stage, trial),
         trial_dirname_creator=lambda trial: trial_label(stage, trial),
         # one trial process serves trial after trial: no fresh Ray worker, no repeated
@@ -235,6 +232,16 @@ def recompute_missing(spec: WorkloadSpec, stage: str, results, say) -> int:
         run_fl(cfg, backend=trial_backend(spec, cfg, trial_id or stage), hooks=hooks)
         done += 1
     return done
+
+
+def _limit(spec, stage, search_alg, num_samples, concurrency) -> int | None:
+    """Tune's ``max_concurrent_trials``: none for a grid generator (it carries its own limit,
+    set in ``make_searcher``); for HyperBand over a searcher (TPE, random), every sample at
+    once — Tune creates one pending trial at a time for a searcher unless its concurrency is
+    limited, and a bracket that never fills halves nothing; else the stage's concurrency."""
+    if _is_variant_generator(search_alg):
+        return None
+    return max(num_samples, 1) if _synchronous(spec, stage) else concurrency
 
 
 def _synchronous(spec: WorkloadSpec, stage: str) -> bool:

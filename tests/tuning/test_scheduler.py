@@ -277,3 +277,33 @@ def test_hyperband_pauses_trials_and_a_resumed_one_equals_an_uninterrupted_run(t
             _metrics(alone).reset_index(drop=True),
             check_exact=True,
         )
+
+
+def test_hyperband_over_a_random_searcher_on_a_sweep_file_stops_and_pauses_trials(tmp_path):
+    """HyperBand over Optuna's random searcher, read from a sweep file: the searcher's trials
+    are created at once (Tune otherwise keeps one pending trial for a searcher), so brackets
+    fill, trials pause at their milestones and resume from checkpoints, and weak ones stop."""
+    import yaml
+
+    raw = sweep(tmp_path, scheduler="hyperband", reduction_factor=3)
+    raw["base"]["fl"].update(rounds=12, eval_every=2)
+    raw["search"] = {
+        "searcher": "random",
+        "space": "fedavg",
+        "num_samples": 9,
+        "seed": 0,
+        "scheduler": "hyperband",
+        "grace_period": 2,
+        "reduction_factor": 3,
+    }
+    raw["checkpoint_every"] = 2
+    path = tmp_path / "hb.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    spec = parse_experiment(yaml.safe_load(path.read_text()), str(path))
+    said: list[str] = []
+    run_sweep(spec, say=said.append)
+    trials = read_table(spec.results_dir, "trials")
+    runs = read_table(spec.results_dir, "runs").set_index("run_id")
+    assert len(trials) == 9, trials[["status", "round_reached"]]
+    assert (trials["status"] == "stopped").any(), trials[["status", "round_reached"]]
+    assert (runs["attempts"] > 1).any(), runs[["status", "attempts", "rounds_completed"]]
