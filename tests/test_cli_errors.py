@@ -658,3 +658,30 @@ def test_either_kind_of_file_joins_the_cluster_it_names(kind, how, tmp_path, cap
     err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert len(err) == 1 and f"cannot reach a Ray cluster at {address}" in err[0], err
     assert not (tmp_path / "res").exists()
+
+
+def test_a_refused_token_is_one_line_that_says_so(tmp_path, capsys, monkeypatch):
+    """Ray's own ``AuthenticationError`` (no token, or another cluster's, under
+    ``RAY_AUTH_MODE=token``) is one line naming the token and where it comes from, exit 2 —
+    it was 'unexpected error … a bug in reuse_ray'. Ray's init is made to raise it, as it does
+    when the head refuses the token (the cluster walk-through test refuses one for real)."""
+    import socket
+
+    import ray
+
+    def refuse(*args, **kwargs):
+        raise ray.exceptions.AuthenticationError(
+            "Authentication token is missing or invalid. Set RAY_AUTH_TOKEN."
+        )
+
+    with socket.socket() as server:  # something listens, so the address probe passes
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        monkeypatch.setattr(ray, "init", refuse)
+        args = sweep_file(SWEEP)(tmp_path) + ["--address", f"127.0.0.1:{port}"]
+        assert main(args) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert len(err) == 1, err
+    assert "refused this process's token" in err[0] and "RAY_AUTH_TOKEN" in err[0], err
+    assert "bug" not in err[0] and not (tmp_path / "res").exists()

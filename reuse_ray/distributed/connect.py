@@ -95,6 +95,14 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
             ray.init(address=address or "local", log_to_driver=True, **kwargs)
         if callable(term) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, term)
+    except ray.exceptions.AuthenticationError as err:
+        text = (getattr(err, "message", "") or str(err)).strip().splitlines()
+        raise UserError(
+            f"Ray refused this process's token at {address or 'a new local instance'}"
+            f"{f' ({text[0][:160]})' if text else ''} — give the cluster's own token: "
+            "RAY_AUTH_TOKEN, or the file ~/.ray/auth_token copied from the head node "
+            "(`ray get-auth-token` prints it there)"
+        ) from None
     except (ConnectionError, RuntimeError) as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         if address is None and not any(k in text.lower() for k in ("auth", "token")):
