@@ -25,7 +25,7 @@ from ..rng import Purpose, generator
 from . import idx
 
 DOWNLOAD_HINT = (
-    "run `reuse-ray fetch {name} --root {root}` on a machine with internet access and copy the "
+    "run `reuse-ray fetch {name} --root {root} --download` on a machine with internet access and copy the "
     "folder here, or set data.download=true where downloads are allowed"
 )
 
