@@ -1,5 +1,5 @@
 """One FL run as a user or the experiment layer starts it: the backend its config names, then
-the engine's loop (:func:`reuse_ray.engine.run.run_fl`). The engine itself makes no backend and
+the engine's loop (:func:`reuse_ray.engine.run.play_run`). The engine itself makes no backend and
 imports nothing from :mod:`reuse_ray.distributed`; Ray is imported here, and only when the
 config asks for it."""
 
@@ -28,10 +28,10 @@ def run_fl(
     hooks=None,
     force: bool = False,
 ):
-    """:func:`reuse_ray.engine.run.run_fl` on ``backend``, or on the one ``cfg`` names."""
-    from .engine.run import run_fl as run
+    """:func:`reuse_ray.engine.run.play_run` on ``backend``, or on the one ``cfg`` names."""
+    from .engine.run import play_run
 
-    return run(cfg, backend or make_backend(cfg), progress, data, hooks, force)
+    return play_run(cfg, backend or make_backend(cfg), progress, data, hooks, force)
 
 
 __all__ = ["make_backend", "run_fl"]

@@ -48,13 +48,13 @@ def test_the_package_cites_only_its_own_documents():
 
 
 def test_the_loop_declares_what_it_asks_of_a_backend():
-    """run_fl stays short, and the engine never probes a backend for a member."""
+    """play_run stays short, and the engine never probes a backend for a member."""
     import ast
 
     for p in sorted((ROOT / "reuse_ray" / "engine").glob("*.py")):
         assert "getattr(backend" not in p.read_text(), p
     tree = ast.parse((ROOT / "reuse_ray" / "engine" / "run.py").read_text())
-    (run_fl,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "run_fl"]
+    (run_fl,) = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "play_run"]
     assert run_fl.end_lineno - run_fl.lineno + 1 <= 60
 
 

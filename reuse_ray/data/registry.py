@@ -25,8 +25,8 @@ from ..rng import Purpose, generator
 from . import idx
 
 DOWNLOAD_HINT = (
-    "run `reuse-ray fetch {name} --root {root} --download` on a machine with internet access and copy the "
-    "folder here, or set data.download=true where downloads are allowed"
+    "run `reuse-ray fetch {name} --root {root} --download` on a machine with internet access "
+    "and copy the folder here, or set data.download=true where downloads are allowed"
 )
 
 

@@ -22,8 +22,8 @@ _WHERE = {
     "Run": "run",
     "RunHooks": "run",
     "RunSummary": "run",
-    "prepare_data": "loop",
-    "run_fl": "run",
+    "prepare_data": "run_parts",
+    "play_run": "run",
 }
 
 
@@ -51,7 +51,7 @@ __all__ = [
     "make_setup",
     "play_round",
     "prepare_data",
-    "run_fl",
+    "play_run",
     "select_clients",
     "uniform_selection",
 ]

@@ -1,5 +1,5 @@
 """The FL run (design: Runs): a :class:`Run` is set up when made, plays and records one round
-per :meth:`Run.step`, and records its end in :meth:`Run.finish`; :func:`run_fl` is the loop over
+per :meth:`Run.step`, and records its end in :meth:`Run.finish`; :func:`play_run` is the loop over
 it. It imports no Ray.
 
 Rounds are 1..T with T fixed in advance. Validation is evaluated at round 1, every
@@ -31,9 +31,9 @@ from ..results.storage import anchored
 from .backend import Backend
 from .driver import Played, RoundDriver
 from .levels import LevelReader, level_bytes
-from .loop import observers_of, open_writer, partition_clients, run_row
 from .observers import Observer, Progress, RoundDone, RunEnded, RunStarted, StopRun
 from .recorder import Recorder, RunCheckpoint
+from .run_parts import observers_of, open_writer, partition_clients, run_row
 
 
 @dataclass(frozen=True)
@@ -364,7 +364,7 @@ class Run:
         return RunEnded(self.status, self.row, diverged, test)
 
 
-def run_fl(
+def play_run(
     cfg: RunConfig,
     backend: Backend,
     progress: Progress | None = None,

@@ -502,7 +502,7 @@ def test_a_run_driver_starts_its_actors_before_importing_pandas():
     import sys
 
     code = (
-        "import sys, reuse_ray.config, reuse_ray.engine.loop, reuse_ray.results, "
+        "import sys, reuse_ray.config, reuse_ray.engine.run_parts, reuse_ray.results, "
         "reuse_ray.distributed.backend; print(sorted(m for m in "
         "('pandas', 'pyarrow.dataset', 'torch') if m in sys.modules))"
     )
