@@ -262,6 +262,20 @@ def render() -> str:
         parts += ["", f"### {title}", "", _table(rows, FIELD_COLS)]
     for title, intro, rows in SPEC_SECTIONS():
         parts += ["", f"## {title}", "", intro, "", _table(rows, FIELD_COLS)]
+    from .space_table import COLS, SAMPLES, space_rows
+
+    parts += [
+        "",
+        "## Search spaces",
+        "",
+        "What each space searches (`search.space`, a study arm's `space`), read from the "
+        f"spaces: each is sampled {SAMPLES} times (random sampler, seed 0); `drawn` says how "
+        "often a parameter was drawn (a branch's parameter shows its share), and a bound set "
+        "by an earlier draw is named by it. A study's `shared` block adds its parameters "
+        "(`train.lr` in the shipped studies) to every arm's space.",
+        "",
+        _table(space_rows(), COLS),
+    ]
     parts += [
         "",
         "## Parquet columns",

@@ -163,3 +163,48 @@ def test_the_readme_and_results_page_show_the_shipped_studys_tables(capsys):
     assert cited, "the README's verdict cites no paired CI"
     missing = [ci for ci in cited if ci not in out]
     assert not missing, f"CIs the README cites that the report does not print: {missing}"
+
+
+def test_the_search_space_table_says_what_each_space_searches():
+    """The reference's search-space table, checked against the spaces' own source by hand."""
+    from reuse_ray.space_table import space_rows
+    from reuse_ray.tuning.spaces import available_spaces
+
+    rows = space_rows()
+    by = {(r["space"], r["parameter"].strip("`")): r for r in rows}
+    assert {r["space"] for r in rows} == set(available_spaces())
+    assert {p for s, p in by if s == "fedavg"} == {"fl.server_lr", "method.topk_ratio"}
+    assert by["fedavg", "fl.server_lr"]["range"] == "[0.3, 1.5]"
+    assert by["fedavg", "method.topk_ratio"]["scale"] == "real, log"
+    assert by["fedprox", "method.fedprox.mu"]["range"] == "[1e-05, 1]"
+    assert {p for s, p in by if s == "laq"} == {
+        "method.laq.bits",
+        "method.laq.c_thr",
+        "method.laq.max_clock",
+    }
+    assert by["laq", "method.laq.bits"]["scale"] == "integer, linear"
+    assert by["dg_fedreuse", "method.dg.tau_min"]["range"] == "[0.01, `method.dg.tau0`]"
+    assert by["mifa", "method.mifa.init"]["range"] == "zero, wait"
+    assert all(r["drawn"] == "always" for r in rows)  # no shipped space branches
+    page = (ROOT / "docs" / "reference.md").read_text()
+    assert "## Search spaces" in page and "| laq | `method.laq.c_thr` | [0.0001, 1] |" in page
+
+
+def test_a_branch_parameter_shows_its_share_of_the_draws(monkeypatch):
+    from reuse_ray import space_table
+    from reuse_ray.tuning import spaces
+
+    def branchy(trial):
+        if trial.suggest_categorical("kind", ["a", "b"]) == "a":
+            trial.suggest_float("x", 0.0, 2.0, step=0.5)
+        return {"fixed.thing": 3}
+
+    monkeypatch.setattr(spaces, "load_space", lambda name: branchy)
+    seen, fixed = space_table.space_draws("mine", 200)
+    n = len(seen["x"])
+    assert 60 < n < 140 and fixed == {"fixed.thing": {"3"}}
+    monkeypatch.setattr(spaces, "available_spaces", lambda: ["mine"])
+    rows = {r["parameter"]: r for r in space_table.space_rows(200)}
+    assert rows["`x`"]["drawn"] == f"{n} of 200 draws"
+    assert rows["`x`"]["scale"] == "real, step 0.5" and rows["`x`"]["range"] == "[0, 2]"
+    assert rows["`kind`"]["range"] == "a, b" and rows["`fixed.thing`"]["range"] == "set to 3"
