@@ -90,7 +90,7 @@ def test_every_repository_path_a_shipped_file_names_exists():
     """`docs/x.md`, `configs/x.yaml`, `sweeps/x.yaml`, `examples/x` and `results/x` named in a
     page or in a sweep or config file's comments are there."""
     named = re.compile(
-        r"\b((?:docs|configs|sweeps|examples|benchmarks)/[\w./-]+\.(?:md|yaml|py|ipynb))"
+        r"(?<![\w/])((?:docs|configs|sweeps|examples|benchmarks)/[\w./-]+\.(?:md|yaml|py|ipynb))"
     )
     missing = [
         f"{p.name}: {m}"

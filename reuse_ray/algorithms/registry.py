@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -48,6 +49,7 @@ class MethodSpec:
     module: str = ""
 
 
+WORKDIR_ENV = "REUSE_RAY_WORKDIR"  # set in a trial: the folder its driver ran in
 FILE_MODULE_PREFIX = "reuse_ray_method_"  # module names of methods loaded from .py paths
 _REGISTRY: dict[str, MethodSpec] = {}
 _loaded = False
@@ -91,7 +93,11 @@ def load_builtins() -> None:
 def load_module(ref: str) -> str:
     """Import a method module by dotted name or ``.py`` path; returns its module name."""
     if ref.endswith(".py"):
-        path = Path(ref).expanduser().resolve()
+        path = Path(ref).expanduser()
+        # a trial runs in Tune's trial folder: a relative path is the driver's (its folder)
+        if not path.is_absolute() and not path.is_file() and os.environ.get(WORKDIR_ENV):
+            path = Path(os.environ[WORKDIR_ENV]) / path
+        path = path.resolve()
         if not path.is_file():
             raise FileNotFoundError(f"method.module: no file {ref}")
         name = f"{FILE_MODULE_PREFIX}{path.stem}"

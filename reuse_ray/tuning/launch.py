@@ -115,6 +115,7 @@ def _trainable(spec: WorkloadSpec, stage: str, reference, verbose: int, mlflow):
             reference_val=reference,
             verbose=verbose,
             mlflow=mlflow,
+            workdir=os.getcwd(),
         ),
         tune.PlacementGroupFactory(spec.trial.bundles()),
     )

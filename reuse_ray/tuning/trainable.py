@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from ray import tune
 
+from ..algorithms.registry import WORKDIR_ENV
 from ..engine import RunHooks
 from ..errors import UserError
 from ..results.writer import RunWriter
@@ -115,7 +117,10 @@ class FLTrainable(tune.Trainable):
         reference_val: float | None = None,
         verbose: int = 0,
         mlflow: str | None = None,
+        workdir: str | None = None,
     ) -> None:
+        if workdir:  # the driver's folder: a relative method.module path is read from there
+            os.environ[WORKDIR_ENV] = workdir
         if verbose < 1:
             import logging
 
