@@ -208,3 +208,17 @@ def test_a_branch_parameter_shows_its_share_of_the_draws(monkeypatch):
     assert rows["`x`"]["drawn"] == f"{n} of 200 draws"
     assert rows["`x`"]["scale"] == "real, step 0.5" and rows["`x`"]["range"] == "[0, 2]"
     assert rows["`kind`"]["range"] == "a, b" and rows["`fixed.thing`"]["range"] == "set to 3"
+
+
+def test_every_figure_of_the_readmes_performance_table_is_in_performance_md():
+    """Each number the README's performance table quotes (ranges' ends included) is written in
+    docs/performance.md, where its command, machine and date are."""
+    readme = (ROOT / "README.md").read_text()
+    perf = (ROOT / "docs" / "performance.md").read_text()
+    start = readme.index("| what | measured | goal |")
+    table = readme[start : readme.index("\n\n", start)]
+    measured = [line.split("|")[2] for line in table.splitlines()[2:]]
+    assert len(measured) >= 10
+    numbers = {n for cell in measured for n in re.findall(r"\d+\.\d+", cell)}
+    missing = sorted(n for n in numbers if n not in perf)
+    assert not missing, missing
