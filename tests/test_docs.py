@@ -222,3 +222,14 @@ def test_every_figure_of_the_readmes_performance_table_is_in_performance_md():
     numbers = {n for cell in measured for n in re.findall(r"\d+\.\d+", cell)}
     missing = sorted(n for n in numbers if n not in perf)
     assert not missing, missing
+
+
+def test_the_guides_groupby_snippet_gives_the_paper_rows_five_arms(monkeypatch, capsys):
+    """The guide's snippet, executed as written (from the repository root): the shipped paper
+    row's 11 runs in its five arms."""
+    guide = (ROOT / "docs" / "guide.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", guide, re.S)
+    (snippet,) = [b for b in blocks if "groupby(keys" in b]
+    monkeypatch.chdir(ROOT)
+    exec(compile(snippet, "guide.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "5"
