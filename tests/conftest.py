@@ -325,28 +325,56 @@ def ray_temp_dir() -> str:
     return tempfile.mkdtemp(prefix="rrt-", dir="/tmp")
 
 
-def stop_ray_under(temp_dir: str) -> int:
-    """End the Ray processes a test started — and only those: the ones whose command line names
-    its own temp dir (gcs, raylet, agents); their workers exit with their raylet. Returns how
-    many were ended."""
-    import signal
-
-    ended = 0
+def _process_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, command line) of every process this user can read."""
+    table = {}
     for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
+        if not entry.isdigit():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
                 cmd = f.read().replace(b"\0", b" ").decode(errors="ignore")
-        except OSError:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
             continue
-        if temp_dir in cmd:
-            try:
-                os.kill(int(entry), signal.SIGKILL)
-                ended += 1
-            except ProcessLookupError:
-                pass
+        table[int(entry)] = (ppid, cmd)
+    return table
+
+
+def stop_ray_under(temp_dir: str) -> int:
+    """End the Ray processes a test started — and only those: the ones whose command line names
+    its own temp dir (gcs, raylet, the monitor, the Ray Client server) and every process below
+    them (the agents and workers, whose command lines do not name it: they outlived their
+    raylet). Waits until they are gone. Returns how many were ended."""
+    import signal
+    import time
+
+    table = _process_table()
+    doomed = {p for p, (_, cmd) in table.items() if temp_dir in cmd and p != os.getpid()}
+    grew = True
+    while grew:  # their descendants, whatever their command lines
+        below = {p for p, (pp, _) in table.items() if pp in doomed and p != os.getpid()}
+        grew = not below <= doomed
+        doomed |= below
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    deadline = time.time() + 10
+    while time.time() < deadline and any(_alive(p) for p in doomed):
+        time.sleep(0.1)
     import shutil
 
     shutil.rmtree(temp_dir, ignore_errors=True)
-    return ended
+    return len(doomed)
+
+
+def _alive(pid: int) -> bool:
+    """A process that has not exited (a zombie awaiting its parent counts as gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import free_port, ray_temp_dir, stop_ray_under
+from conftest import _alive, _process_table, free_port, ray_temp_dir, stop_ray_under
 
 from reuse_ray.results import read_table
 
@@ -137,5 +137,21 @@ def test_ray_job_submit_runs_and_writes_parquet(tmp_path):
         assert report.returncode == 0, report.stderr
         assert f"reporting the newest: {folder}" in report.stdout
         assert (folder / "report" / "report.html").is_file()
+        # the cleanup leaves nothing of this cluster: its processes, the agents and Ray Client
+        # server below them (their command lines do not name the temp dir), its workers
+        tree = _tree_of(temp)
+        assert any("DashboardAgent" in cmd for cmd in tree.values()), tree
+        stop_ray_under(temp)
+        left = {p: cmd for p, cmd in tree.items() if _alive(p)}
+        assert not left, left
     finally:
         stop_ray_under(temp)  # never `ray stop`: that would stop every Ray on the machine
+
+
+def _tree_of(temp: str) -> dict[int, str]:
+    """Every process of the cluster under ``temp``: those naming it and their descendants."""
+    table = _process_table()
+    tree = {p for p, (_, cmd) in table.items() if temp in cmd}
+    while below := {p for p, (pp, _) in table.items() if pp in tree} - tree:
+        tree |= below
+    return {p: table[p][1] for p in tree}
