@@ -77,12 +77,24 @@ def space_draws(name: str, samples: int = SAMPLES) -> tuple[dict[str, list], dic
     return seen, fixed
 
 
-def space_rows(samples: int = SAMPLES) -> list[dict[str, str]]:
-    """One row per parameter of every space, in the order each space draws them."""
+def packaged_spaces() -> list[str]:
+    """The spaces the package ships: its own methods' and the ``search_spaces`` modules' (a
+    user's method loaded from ``method.module`` is not the package's to document)."""
+    from .algorithms.registry import get_method, spaces
     from .tuning.spaces import available_spaces
 
+    registered = spaces()
+    return [
+        name
+        for name in available_spaces()
+        if name not in registered or get_method(name).module.startswith("reuse_ray.")
+    ]
+
+
+def space_rows(samples: int = SAMPLES) -> list[dict[str, str]]:
+    """One row per parameter of every packaged space, in the order each space draws them."""
     rows = []
-    for name in available_spaces():
+    for name in packaged_spaces():
         seen, fixed = space_draws(name, samples)
         for key, draws in seen.items():
             n = len(draws)

@@ -233,3 +233,19 @@ def test_the_guides_groupby_snippet_gives_the_paper_rows_five_arms(monkeypatch, 
     monkeypatch.chdir(ROOT)
     exec(compile(snippet, "guide.md", "exec"), {})
     assert capsys.readouterr().out.strip() == "5"
+
+
+def test_a_users_method_leaves_the_reference_page_as_it_is(monkeypatch):
+    """The page documents the package: a method a test (or a user's method.module) registered in
+    the same process changes none of it (CI found the example's space in one process's page)."""
+    from reuse_ray.algorithms import registry
+
+    before = reference.render()
+
+    def own_space(trial):
+        trial.suggest_float("method.mine.knob", 0.0, 1.0)
+
+    spec = registry.MethodSpec("mine", lambda p, env: None, space=own_space, module="my_pkg")
+    monkeypatch.setitem(registry._REGISTRY, "mine", spec)
+    assert "mine" in registry.spaces()
+    assert reference.render() == before
