@@ -197,18 +197,6 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
-SWEEP_KEYS = (
-    "name",
-    "base",
-    "search",
-    "trial",
-    "final",
-    "results_dir",
-    "checkpoint_every",
-    "scales",
-)
-
-
 def load_config_dict(path: str | Path) -> dict[str, Any]:
     """Read a run config YAML; a sweep file's ``base:`` block is the run config (a study file
     is refused: it names several)."""
@@ -220,6 +208,8 @@ def load_config_dict(path: str | Path) -> dict[str, Any]:
             f"with `reuse-ray sweep {path}`, or one run from a run config or a sweep file",
         )
     if "base" in raw:
+        from .tuning.files import SWEEP_KEYS  # the sweep file's keys, documented there
+
         stray = sorted(k for k in raw if k not in SWEEP_KEYS)
         if stray:
             raise ConfigError(

@@ -71,12 +71,12 @@ def _trailing(line: str) -> str:
 
 def _allowed(cls: type) -> dict[str, str]:
     """field -> allowed values, read from ``check_choice`` / ``check_range`` calls in the
-    class's ``__post_init__``."""
-    post = getattr(cls, "__post_init__", None)
-    if post is None:
+    class's validators (``__post_init__`` and the checks it calls; a dotted name such as
+    ``search.searcher`` is the field ``searcher``)."""
+    if getattr(cls, "__post_init__", None) is None:
         return {}
     try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(post)))
+        tree = ast.parse(textwrap.dedent(inspect.getsource(cls)))
     except (OSError, TypeError):
         return {}
     module = sys.modules[cls.__module__]
@@ -87,7 +87,9 @@ def _allowed(cls: type) -> dict[str, str]:
         args = node.args
         if not args or not isinstance(args[0], ast.Constant):
             continue
-        name = args[0].value
+        name = str(args[0].value).rsplit(".", 1)[-1]
+        if name in out:
+            continue
         if node.func.id == "check_choice" and len(args) >= 3:
             try:
                 values = eval(compile(ast.Expression(args[2]), "<ref>", "eval"), vars(module))
@@ -138,12 +140,13 @@ def field_rows(cls: type, prefix: str = "") -> list[dict[str, str]]:
         tp = hints.get(f.name, f.type)
         if dataclasses.is_dataclass(tp):
             continue  # a block: its own table
+        doc = f.metadata  # a file's key (tuning.files.SweepFile) gives its own type and default
         rows.append(
             {
                 "field": f"{prefix}{f.name}",
-                "type": _type(f.type),
-                "default": _default(f),
-                "allowed": allowed.get(f.name, ""),
+                "type": doc.get("type") or _type(f.type),
+                "default": doc["default"] if "default" in doc else _default(f),
+                "allowed": doc.get("allowed") or allowed.get(f.name, ""),
                 "meaning": meaning.get(f.name, ""),
             }
         )
@@ -241,10 +244,45 @@ def _section_source(src: str, table: str) -> str:
     return textwrap.indent(src[start:end], "    ") if end > 0 else ""
 
 
+def spec_sections() -> list[tuple[str, str, list[dict[str, str]]]]:
+    """(title, intro, rows) of the sweep file and the study file: their top-level keys
+    (:class:`~reuse_ray.tuning.files.SweepFile`, :class:`~reuse_ray.tuning.files.StudyFile`),
+    then a sweep file's ``search:``, ``trial:`` and ``final:`` blocks."""
+    from .tuning import files, spec
+
+    sweep = field_rows(files.SweepFile)
+    for cls, prefix in (spec.SearchSpec, "search."), (spec.TrialSpec, "trial."):
+        sweep += field_rows(cls, prefix)
+    sweep += field_rows(spec.FinalSpec, "final.")
+    # a final.compare entry is read into an unsearched arm (spec.Arm), not a field of its own
+    sweep.append(
+        {
+            "field": "final.compare",
+            "type": "list of mappings",
+            "default": "`[]`",
+            "allowed": "",
+            "meaning": "unsearched references (dotted fields; optional `label:`, default "
+            "compare-<j>, and `seeds:`, a subset of final.seeds)",
+        }
+    )
+    return [
+        (
+            "Sweep file",
+            _intro(files.SweepFile) + " Its `search:`, `trial:` and `final:` blocks follow.",
+            sweep,
+        ),
+        ("Study file", _intro(files.StudyFile), field_rows(files.StudyFile)),
+    ]
+
+
+def _intro(cls: type) -> str:
+    """A file class's docstring, to the clause that says what it is read into."""
+    text = " ".join(inspect.getdoc(cls).split())
+    return text.split("; read into")[0].replace("``", "`") + "."
+
+
 def render() -> str:
     """The whole page."""
-    from .tuning.reference_text import SPEC_SECTIONS
-
     parts = [
         "# Reference: every field and every column",
         "",
@@ -260,7 +298,7 @@ def render() -> str:
     ]
     for title, rows in run_config_sections():
         parts += ["", f"### {title}", "", _table(rows, FIELD_COLS)]
-    for title, intro, rows in SPEC_SECTIONS():
+    for title, intro, rows in spec_sections():
         parts += ["", f"## {title}", "", intro, "", _table(rows, FIELD_COLS)]
     from .space_table import COLS, SAMPLES, space_rows
 
@@ -291,10 +329,8 @@ def render() -> str:
 
 def missing() -> list[str]:
     """Every field or column the page would leave without a meaning."""
-    from .tuning.reference_text import SPEC_SECTIONS
-
     out = [r["field"] for _, rows in run_config_sections() for r in rows if not r["meaning"]]
-    out += [r["field"] for _, _, rows in SPEC_SECTIONS() for r in rows if not r["meaning"]]
+    out += [r["field"] for _, _, rows in spec_sections() for r in rows if not r["meaning"]]
     out += [f"{t}.{r['column']}" for t, rows in column_sections() for r in rows if not r["meaning"]]
     return out
 

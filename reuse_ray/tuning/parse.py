@@ -31,12 +31,11 @@ from .fields import (
     read_file,
     take_fields,
 )
+from .files import STUDY_KEYS, SWEEP_KEYS
 from .spec import (
     FOLDERS,
     KINDS,
-    STUDY_KEYS,
     STUDY_OBJECTIVES,
-    SWEEP_KEYS,
     TRIAL_KEYS,
     Arm,
     ExperimentSpec,

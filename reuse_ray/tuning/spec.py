@@ -207,29 +207,6 @@ class TrialSpec:
 STUDY_OBJECTIVES = ("val_acc", "retention")
 KINDS = ("sweep", "study")
 FOLDERS = {"sweep": "sweeps", "study": "studies"}  # where results go by default
-SWEEP_KEYS = ("name", "base", "search", "trial", "final", "results_dir", "checkpoint_every")
-STUDY_KEYS = (
-    "name",
-    "kind",
-    "workloads",
-    "arms",
-    "budget",
-    "search",
-    "shared",
-    "topk_range",
-    "objectives",
-    "uplink_levels",
-    "target_of_reference",
-    "retention",
-    "retention_reference",
-    "final",
-    "compare_to",
-    "targets",
-    "trial",
-    "checkpoint_every",
-    "results_dir",
-    "scales",
-)
 
 
 TRIAL_KEYS = tuple(TrialSpec.__dataclass_fields__)

@@ -152,10 +152,12 @@ def test_either_kind_of_file_caps_its_trials_at_once():
 
 
 def test_the_study_files_documented_defaults_are_the_parsers():
-    """docs/reference.md's study-file defaults (``reference_text.STUDY_ROWS``) are what the
+    """docs/reference.md's study-file defaults (``files.StudyFile``'s keys) are what the
     parser gives a file that leaves them out."""
+    import dataclasses
+
     from reuse_ray.tuning import parse_experiment
-    from reuse_ray.tuning.reference_text import STUDY_ROWS
+    from reuse_ray.tuning.files import StudyFile
 
     minimal = {
         "kind": "study",
@@ -164,7 +166,7 @@ def test_the_study_files_documented_defaults_are_the_parsers():
         "final": {"seeds": [7]},
     }
     spec = parse_experiment(minimal, "/x/mine.yaml")
-    default = {k: row[1] for k, row in STUDY_ROWS.items()}
+    default = {f.name: f.metadata["default"] for f in dataclasses.fields(StudyFile)}
     assert spec.name == "mine" and default["name"] == "the file's stem"
     assert default["retention"] == f"`{spec.retention:g}`"
     assert default["target_of_reference"] == f"`{spec.target_of_reference:g}`"
