@@ -46,7 +46,7 @@ SERVER_PROCESSES = ("worker", "own")
 class DataConfig:
     """Dataset choice and splits (methods: The paper's protocol; design: Validation-only search)."""
 
-    name: str = "digits"  # one of DATASETS
+    name: str = "digits"  # the dataset the run trains, validates and tests on
     root: str | None = None  # data root; None -> $REUSE_RAY_DATA -> ~/.cache/reuse_ray/data
     download: bool = False  # downloads are attempted only when this is true
     val_fraction: float = 0.1  # stratified validation carve-out where no val split exists
@@ -208,7 +208,9 @@ class MethodConfig:
     topk_ratio: float = 1.0  # r in (0, 1]: per-tensor Top-K keep ratio of the uplink; 1 = dense
     error_feedback: bool = False  # Fed-EF on the Top-K uplink: e_i kept per client
     module: str | None = None  # a method outside the package: dotted module or .py path
-    params: Any = None  # the method's own config block (its registered dataclass), or None
+    # the method's own config block (its registered dataclass), or None; read from the block
+    # named after the method, not a YAML key of its own (the reference leaves it out)
+    params: Any = field(default=None, metadata={"yaml": False})
 
     def __post_init__(self) -> None:
         from .algorithms.registry import get_method, load_method_module

@@ -106,6 +106,25 @@ def _allowed(cls: type) -> dict[str, str]:
     return out
 
 
+def _values(text: str, names: dict[str, Any], prefix: str = "") -> str:
+    """``text`` with each constant it names written out: a tuple, list or mapping of names as
+    its values (its keys), a number as itself, ``self.x`` as the field ``x``."""
+    import re
+
+    def value(m: re.Match) -> str:
+        word = m.group(0)
+        if word.startswith("self."):
+            return f"`{prefix}{word[5:]}`"
+        v = names.get(word)
+        if isinstance(v, dict | tuple | list) and v and all(isinstance(x, str) for x in v):
+            return ", ".join(f"`{x}`" for x in v)
+        if isinstance(v, int) and v > 2**31 and (v + 1).bit_count() == 1:
+            return f"2^{(v + 1).bit_length() - 1} − 1"
+        return str(v) if isinstance(v, int | float) and not isinstance(v, bool) else word
+
+    return re.sub(r"\bself\.[a-z_][a-z_0-9]*\b|\b[A-Z][A-Z0-9_]{2,}\b", value, text)
+
+
 def _type(tp: Any) -> str:
     text = tp if isinstance(tp, str) else getattr(tp, "__name__", str(tp))
     return str(text).replace("typing.", "")
@@ -130,12 +149,15 @@ def _default(f: dataclasses.Field) -> str:
 
 
 def field_rows(cls: type, prefix: str = "") -> list[dict[str, str]]:
-    """One row per field of a frozen config dataclass (nested blocks: their own rows)."""
+    """One row per field of a frozen config dataclass (nested blocks: their own rows; a field
+    that is no key of its own in YAML, ``metadata={"yaml": False}``, none), constants written
+    out as their values."""
     meaning, allowed = _comments(cls), _allowed(cls)
+    names = vars(sys.modules[cls.__module__])
     hints = typing.get_type_hints(cls)
     rows = []
     for f in dataclasses.fields(cls):
-        if f.name.startswith("_"):
+        if f.name.startswith("_") or f.metadata.get("yaml") is False:
             continue
         tp = hints.get(f.name, f.type)
         if dataclasses.is_dataclass(tp):
@@ -146,8 +168,8 @@ def field_rows(cls: type, prefix: str = "") -> list[dict[str, str]]:
                 "field": f"{prefix}{f.name}",
                 "type": doc.get("type") or _type(f.type),
                 "default": doc["default"] if "default" in doc else _default(f),
-                "allowed": doc.get("allowed") or allowed.get(f.name, ""),
-                "meaning": meaning.get(f.name, ""),
+                "allowed": doc.get("allowed") or _values(allowed.get(f.name, ""), names, prefix),
+                "meaning": _values(meaning.get(f.name, ""), names, prefix),
             }
         )
     return rows
@@ -198,9 +220,11 @@ def run_config_sections() -> list[tuple[str, list[dict[str, str]]]]:
 
 def column_sections() -> list[tuple[str, list[dict[str, str]]]]:
     """(table, rows) of every Parquet table's declared columns, with the schema's comments."""
+    from .algorithms import api
     from .results import schema
 
     src = inspect.getsource(schema)
+    names = {**vars(api), **vars(schema)}
     meaning = _comments(src)
     out = []
     for table, fields in (
@@ -217,7 +241,7 @@ def column_sections() -> list[tuple[str, list[dict[str, str]]]]:
             {
                 "column": f.name,
                 "type": str(f.type),
-                "meaning": local.get(f.name) or meaning.get(f.name, ""),
+                "meaning": _values(local.get(f.name) or meaning.get(f.name, ""), names),
             }
             for f in fields
         ]

@@ -249,3 +249,18 @@ def test_a_users_method_leaves_the_reference_page_as_it_is(monkeypatch):
     monkeypatch.setitem(registry._REGISTRY, "mine", spec)
     assert "mine" in registry.spaces()
     assert reference.render() == before
+
+
+def test_the_reference_writes_constants_out_as_their_values():
+    """A validator's bound or a comment that names a constant shows its values: a tuple of
+    names, a number, another field (self.x); the page names none of the package's constants,
+    and leaves out method.params (no YAML key of its own)."""
+    names = {"KINDS": ("a", "b"), "CAP": 7, "TOP": 2**63 - 1}
+    assert reference._values("one of KINDS, at most CAP", names) == "one of `a`, `b`, at most 7"
+    assert reference._values("[self.low, TOP]", names, "fl.") == "[`fl.low`, 2^63 − 1]"
+    assert reference._values("UNKNOWN stays", names) == "UNKNOWN stays"
+    page = reference.render()
+    for constant in ("MAX_SEED", "DATASETS", "RUN_STATUS", "DECISIONS", "self."):
+        assert constant not in page, constant
+    assert "| method.params |" not in page
+    assert "| decision | string | one of `fresh`, `reused`, `lazy`" in page

@@ -66,7 +66,7 @@ RUN_COLUMNS = [
     # the run's id: method and a hash of its config and seed (identical runs share it)
     pa.field("run_id", pa.string(), nullable=False),
     pa.field("seed", pa.int64(), nullable=False),  # the run's seed
-    # one of RUN_STATUS: finished, diverged, failed, stopped, interrupted, running
+    # one of RUN_STATUS
     pa.field("status", pa.string(), nullable=False),
     pa.field("error", pa.string()),  # why a run failed, diverged or was interrupted (one line)
     # run | search | reeval | final (a trials row of searcher none: protocol)
@@ -184,7 +184,7 @@ CLIENT_EVENTS = pa.schema(
         pa.field("seed", pa.int64(), nullable=False),  # the run's seed
         pa.field("round", pa.int64(), nullable=False),  # t
         pa.field("client_id", pa.int64(), nullable=False),  # the client
-        pa.field("decision", pa.string(), nullable=False),  # one of CLIENT_DECISIONS
+        pa.field("decision", pa.string(), nullable=False),  # one of DECISIONS
         pa.field("num_samples", pa.int64()),  # the client's training samples
         pa.field("weight", pa.float64()),  # aggregation weight π_i
         # its mean local training loss (null when it did not train)
