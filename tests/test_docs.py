@@ -118,7 +118,8 @@ def test_every_run_config_a_page_shows_loads():
 
 
 def test_the_results_page_shows_the_shipped_paper_rows_tables():
-    """docs/results.md's paper-row tables: `python -m analysis.paper results/paper_fashionmnist`."""
+    """docs/results.md's paper-row tables: `python -m analysis.paper results/paper_fashionmnist`;
+    the README's table is the first of them."""
     import contextlib
     import io
 
@@ -128,6 +129,9 @@ def test_the_results_page_shows_the_shipped_paper_rows_tables():
     with contextlib.redirect_stdout(out):
         paper.main([str(ROOT / "results" / "paper_fashionmnist")])
     assert out.getvalue().strip() in (ROOT / "docs" / "results.md").read_text()
+    first = _markdown_tables(out.getvalue())[0]
+    assert first.startswith("| arm | seeds | test acc @ 90 (%)")
+    assert first in (ROOT / "README.md").read_text()
 
 
 def _markdown_tables(text: str) -> list[str]:
@@ -144,8 +148,8 @@ def _markdown_tables(text: str) -> list[str]:
 
 def test_the_readme_and_results_page_show_the_shipped_studys_tables(capsys):
     """`reuse-ray report results/study_fashionmnist --leaderboard` reprints, offline, the study's
-    header and level table the README shows and every table docs/results.md shows; every paired
-    CI the README's verdict cites is one the command prints."""
+    header and every table docs/results.md shows; every paired CI the README's summary and the
+    page's reading cite is one the command prints."""
     from reuse_ray.cli import main
 
     assert main(["report", str(ROOT / "results" / "study_fashionmnist"), "--leaderboard"]) == 0
@@ -154,13 +158,16 @@ def test_the_readme_and_results_page_show_the_shipped_studys_tables(capsys):
     page = (ROOT / "docs" / "results.md").read_text()
     leaderboard, levels, front, to_target = _markdown_tables(out)
     header = out.splitlines()[0]
-    assert header.startswith("Study `study_fashionmnist`") and header in readme and header in page
-    assert "| workload | level | limit MB |" in levels and levels in readme
+    assert header.startswith("Study `study_fashionmnist`") and header in page
+    assert "| workload | level | limit MB |" in levels
     for table in (leaderboard, levels, front, to_target):
         assert table in page
-    section = readme.split("\n## The study\n")[1].split("\n## ")[0]
-    cited = re.findall(r"[+-]\d+\.\d{2,3} \[[+-]\d+\.\d{2,3}, [+-]\d+\.\d{2,3}\]", section)
-    assert cited, "the README's verdict cites no paired CI"
+    section = readme.split("\n## Results\n")[1].split("\n## ")[0]
+    study = page.split("\n## The Fashion-MNIST study\n")[1].split("\n## ")[0]
+    ci = r"[+-]\d+\.\d{2,3} \[[+-]\d+\.\d{2,3}, [+-]\d+\.\d{2,3}\]"
+    cited = re.findall(ci, section)
+    assert cited, "the README's summary cites no paired CI"
+    cited += re.findall(ci, study.split("| dataset | arm |")[0])
     missing = [ci for ci in cited if ci not in out]
     assert not missing, f"CIs the README cites that the report does not print: {missing}"
 

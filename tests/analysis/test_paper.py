@@ -161,10 +161,10 @@ def test_resumed_runs_are_named_from_their_attempts_or_inferred_from_their_clock
     assert len(table) == 2 and table["attempts"].str.startswith("≥ 2").sum() == 1
 
 
-def test_the_readme_names_the_shipped_paper_rows_resumed_runs():
+def test_the_results_page_names_the_shipped_paper_rows_resumed_runs():
     from analysis.paper import attempts_table, markdown
 
     res = load(ROOT / "results" / "paper_fashionmnist")
     table = markdown(attempts_table(res))
     assert "FedProx + Top-K, seed 303" in table and "gate off, seed 101" in table
-    assert table in (ROOT / "README.md").read_text()
+    assert table in (ROOT / "docs" / "results.md").read_text()
