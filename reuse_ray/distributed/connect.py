@@ -67,6 +67,39 @@ def loopback_only():
             os.environ[name] = before_env
 
 
+TOKEN_REFUSED = ("InvalidAuthToken", "Authentication token is missing or incorrect")
+
+
+@contextlib.contextmanager
+def _stderr_held(held: list[str]):
+    """While inside, what this process (Ray's C++ core included) writes to its stderr goes to a
+    file, read into ``held`` at the end: a cluster that refuses the token answers each of
+    Ray's retries with a warning line, about twenty before it gives up."""
+    import sys
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile(mode="w+b") as f:
+        os.dup2(f.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            f.seek(0)
+            held.append(f.read().decode(errors="replace"))
+
+
+def _refused(address: str, why: str) -> UserError:
+    return UserError(
+        f"Ray at {address} refused this process's token ({why}) — give the cluster's own token: "
+        "RAY_AUTH_TOKEN, or the file ~/.ray/auth_token copied from the head node "
+        "(`ray get-auth-token` prints it there), with RAY_AUTH_MODE=token"
+    )
+
+
 def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     """Connect to ``address`` (or $RAY_ADDRESS), else start a local Ray; no-op if connected.
 
@@ -88,29 +121,33 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> None:
     # Python one this process set (the CLI's: SIGTERM ends a command as Ctrl-C does); that one
     # is put back after it
     term = signal.getsignal(signal.SIGTERM)
+    held: list[str] = []  # Ray's stderr while joining a cluster: shown unless it refused us
     try:
-        with loopback_only() if address is None else contextlib.nullcontext():
+        with loopback_only() if address is None else _stderr_held(held):
             # no address: a new local instance, as documented — not Ray's default of joining
             # the latest `ray start` instance on this machine (that is address "auto")
             ray.init(address=address or "local", log_to_driver=True, **kwargs)
         if callable(term) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, term)
     except ray.exceptions.AuthenticationError as err:
+        held[:] = []  # refused: one line says so, not Ray's
         text = (getattr(err, "message", "") or str(err)).strip().splitlines()
-        raise UserError(
-            f"Ray refused this process's token at {address or 'a new local instance'}"
-            f"{f' ({text[0][:160]})' if text else ''} — give the cluster's own token: "
-            "RAY_AUTH_TOKEN, or the file ~/.ray/auth_token copied from the head node "
-            "(`ray get-auth-token` prints it there)"
-        ) from None
+        raise _refused(address or "a new local instance", text[0][:160] if text else "") from None
     except (ConnectionError, RuntimeError) as err:
         text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        said = "".join(held)
+        if address is not None and any(k in said for k in TOKEN_REFUSED):
+            held[:] = []
+            raise _refused(address, "Authentication token is missing or incorrect") from None
         if address is None and not any(k in text.lower() for k in ("auth", "token")):
             raise
         raise UserError(
             f"cannot connect to Ray at {address or 'a new local instance'} "
             f"({text[:200]}) — {CONNECT_HINT}"
         ) from None
+    finally:
+        if held:
+            os.write(2, held[0].encode())  # joined (or failed otherwise): Ray's lines as they were
 
 
 def resolve_device(cfg: RunConfig, resources: dict[str, float]) -> str:

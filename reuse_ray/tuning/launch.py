@@ -115,10 +115,18 @@ def _trainable(spec: WorkloadSpec, stage: str, reference, verbose: int, mlflow):
             reference_val=reference,
             verbose=verbose,
             mlflow=mlflow,
-            workdir=os.getcwd(),
+            workdir=_workdir(),
         ),
         tune.PlacementGroupFactory(spec.trial.bundles()),
     )
+
+
+def _workdir() -> str | None:
+    """The driver's folder, None where it is gone (a job's package folder removed under it)."""
+    try:
+        return os.getcwd()
+    except FileNotFoundError:
+        return None
 
 
 def _tune_config(spec, stage, search_alg, scheduler, num_samples, metric, mode, concurrency):
