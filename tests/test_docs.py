@@ -270,3 +270,33 @@ def test_the_reference_writes_constants_out_as_their_values():
         assert constant not in page, constant
     assert "| method.params |" not in page
     assert "| decision | string | one of `fresh`, `reused`, `lazy`" in page
+
+
+def _python_blocks() -> list[tuple[str, str]]:
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    return [
+        (p.name, block)
+        for p in pages
+        for block in re.findall(r"```python\n(.*?)```", p.read_text(), re.S)
+    ]
+
+
+# a snippet that starts an experiment runs as a test of its own (it takes minutes)
+RUN_ELSEWHERE = {"run_experiment(exp": "tests/tuning/test_specs.py"}
+
+
+def test_every_python_block_of_the_readme_and_docs_runs_as_written(monkeypatch, capsys):
+    """Each ```python block of README.md and docs/, executed from the repository root as a user
+    pastes it; one that starts an experiment names the test that runs it."""
+    monkeypatch.chdir(ROOT)
+    blocks = _python_blocks()
+    assert len(blocks) >= 5
+    for page, block in blocks:
+        elsewhere = [t for k, t in RUN_ELSEWHERE.items() if k in block]
+        if elsewhere:
+            assert "load_experiment(" in (ROOT / elsewhere[0]).read_text(), (page, block)
+            continue
+        try:
+            exec(compile(block, page, "exec"), {})
+        except Exception as err:  # noqa: BLE001 - name the page and the block
+            raise AssertionError(f"{page}: {type(err).__name__}: {err}\n{block}") from None
