@@ -503,6 +503,10 @@ def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
             READINGS_INTRO,
             markdown(readings_table(res, study), digits=3),
         ]
+        if out is not None:
+            from .readings_plot import readings_plot
+
+            md += [f"\n![{p.stem}]({p.name})\n" for p in readings_plot(res, study, out)]
     else:
         md = [
             "## Accuracy at matched uplink\n",
