@@ -503,11 +503,6 @@ def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
             READINGS_INTRO,
             markdown(readings_table(res, study), digits=3),
         ]
-        from .ablations import INTRO, ablation_table
-
-        ablations = ablation_table(res, study)
-        if len(ablations):
-            md += ["\n## Ablations\n", INTRO, markdown(ablations, digits=3)]
         if out is not None:
             from .readings_plot import readings_plot
 
@@ -518,6 +513,11 @@ def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
             SEARCH_LEVELS_INTRO,
             markdown(level_table(res, study), digits=3),
         ]
+    from .ablations import INTRO, ablation_table
+
+    ablations = ablation_table(res, study)
+    if len(ablations):
+        md += ["\n## Ablations\n", INTRO, markdown(ablations, digits=3)]
     md += [
         "\n## The frontier\n",
         "Every final label's mean test accuracy against its mean cumulative uplink; "
