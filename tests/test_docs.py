@@ -300,3 +300,20 @@ def test_every_python_block_of_the_readme_and_docs_runs_as_written(monkeypatch, 
             exec(compile(block, page, "exec"), {})
         except Exception as err:  # noqa: BLE001 - name the page and the block
             raise AssertionError(f"{page}: {type(err).__name__}: {err}\n{block}") from None
+
+
+def test_a_column_shared_by_tables_has_a_meaning_per_table():
+    """A column name in several tables means what its own table says: the reference gives each
+    table's meaning, and only the identity columns (the run, its seed, the client) may share
+    one text (a run's total and a round's value of one name must say which they are)."""
+    from collections import defaultdict
+
+    meanings: dict[str, dict[str, str]] = defaultdict(dict)
+    for table, rows in reference.column_sections():
+        for r in rows:
+            meanings[r["column"]][table] = r["meaning"]
+    identity = {"run_id", "seed", "client_id"}
+    shared = {col: per for col, per in meanings.items() if len(per) > 1 and col not in identity}
+    assert {"wall_s", "val_acc", "up_measured", "cum_saving_restricted"} <= set(shared)
+    same = {c: per for c, per in shared.items() if len(set(per.values())) < len(per)}
+    assert not same, same

@@ -106,7 +106,8 @@ RUN_COLUMNS = [
     # bytes: every serialized uplink message, headers and control included
     pa.field("cum_up_measured", pa.int64()),
     pa.field("cum_down_measured", pa.int64()),  # bytes: every serialized downlink message
-    pa.field("cum_saving_restricted", pa.float64()),  # 1 − cum_up_restricted / cum_dense_reference
+    # 1 − cum_up_restricted / cum_dense_reference, over all rounds
+    pa.field("cum_saving_restricted", pa.float64()),
     # the restricted saving with the dense downlink counted
     pa.field("cum_saving_bidirectional", pa.float64()),
     # the server's method state at the end (caches, memories)
@@ -151,7 +152,8 @@ ROUNDS = pa.schema(
         pa.field("num_reused", pa.int64()),  # clients whose cached or stale update was used instead
         # mean local training loss of the clients that trained
         pa.field("train_loss", pa.float64()),
-        pa.field("val_acc", pa.float64()),  # null on rounds without evaluation
+        # validation accuracy of this round's model; null on rounds without evaluation
+        pa.field("val_acc", pa.float64()),
         pa.field("val_loss", pa.float64()),  # validation loss, null on rounds without evaluation
         # bytes: this round's uplink in the restricted ledger
         pa.field("up_restricted", pa.int64()),
@@ -166,7 +168,7 @@ ROUNDS = pa.schema(
         pa.field("cum_down_measured", pa.int64()),  # bytes: measured downlink up to this round
         # this round's 1 − up_restricted / dense_reference
         pa.field("saving_restricted", pa.float64()),
-        # 1 − cum_up_restricted / cum_dense_reference
+        # 1 − cum_up_restricted / cum_dense_reference, up to this round
         pa.field("cum_saving_restricted", pa.float64()),
         # the cumulative saving with the dense downlink counted
         pa.field("cum_saving_bidirectional", pa.float64()),
