@@ -6,16 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .launch import derive_concurrency
 from .parse import load_spec, parse_experiment
-from .pipeline import Experiment, run_experiment
+from .pipeline import Experiment, SweepOutcome, run_experiment, run_study, run_sweep
 from .spec import ExperimentSpec, WorkloadSpec
-from .study import StudyExperiment, run_study
-from .sweep import Sweep, SweepOutcome, derive_concurrency, pareto_front, run_sweep
+from .trials import pareto_front
 
-
-def experiment(spec: ExperimentSpec) -> Experiment:
-    """What :func:`run_experiment` runs for a spec of either kind."""
-    return StudyExperiment(spec) if spec.kind == "study" else Sweep(spec)
+experiment = Experiment  # what run_experiment runs, for a spec of either kind
 
 
 def load_experiment(

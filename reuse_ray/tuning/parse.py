@@ -100,10 +100,12 @@ def _sweep_form(raw: dict[str, Any], source: str, common: dict[str, Any]) -> Exp
     final, compare = _parse_final(raw.get("final"), _search_seeds(search, base))
     spec = ExperimentSpec(
         workloads={common["name"]: base},
+        names={common["name"]: common["name"]},
         arms=(Arm("selected", {}, search.space), *compare),
         search=search,
         final=final,
         client_rounds={common["name"]: search.client_rounds},
+        objectives=(search.objective,),
         retention=search.retention,
         **common,
     )

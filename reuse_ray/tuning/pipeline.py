@@ -17,64 +17,196 @@ Every stage is written once, here:
    (where asked) → **selection** → the **final stage** on fresh seeds;
 3. **record** how it ended and write the **report**.
 
-What differs between the two kinds of file is a :class:`Plan` per workload — how its
-configurations are searched and chosen — and the experiment's own record (a study's
-``study.json``).
+One :class:`Experiment` and one :class:`Plan` per workload serve both kinds of file: a plan's
+searched arms draw their points up front, or its one searched arm draws from a searcher. After
+the parser, only the record (:mod:`.record`: a study's ``study.json``, the console's header)
+reads which kind of file it was.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
 from ..errors import UserError
-from ..results.storage import Storage, display
-from . import reeval
+from ..results.storage import Storage, display, join
+from . import record, reeval, selection
+from . import trials as table
 from .launch import Launcher, derive_concurrency, set_aside_damaged
-from .spec import ExperimentSpec, WorkloadSpec
-from .trials import write_trials
+from .parse import arm_points
+from .record import Record
+from .spec import ExperimentSpec
+from .trials import trials_file, write_trials
 
 
-class Plan(Protocol):
-    """One workload of an experiment: ``spec`` is what each of its stages launches with; the
-    methods are the steps its kind of file decides."""
+class Experiment(Record):
+    """A sweep file or a study file as the pipeline runs it: its spec (name, folder), its
+    record (:class:`.record.Record`) and a :class:`Plan` per workload."""
 
-    spec: WorkloadSpec
-    reference: float | None  # the retention objective's reference accuracy its trials report
-
-    def search(self, run: Launcher) -> pd.DataFrame: ...  # the search stage; its trials
-    def finished_search(self) -> pd.DataFrame: ...  # --final: the search the results hold
-    # the results record this workload's search as finished and chosen from (a sweep's trials
-    # table, a study's choices): --resume goes on from there, as --final does
-    def search_finished(self) -> bool: ...
-    # the trials-table rows of a stage's points (None: a searcher's own draws) and results
-    def rows(self, stage: str, points: list | None, results) -> pd.DataFrame: ...
-    def candidates(self, trials: pd.DataFrame) -> pd.DataFrame: ...  # robust selection's
-    def reeval_line(self, n: int) -> str: ...
-    # (what was chosen, the trials marked with it), on validation metrics only
-    def choose(self, trials: pd.DataFrame) -> tuple[Any, pd.DataFrame]: ...
-    def said_choice(self, chosen: Any, trials: pd.DataFrame, say) -> None: ...
-    def finals(self, chosen: Any) -> list[dict[str, Any]]: ...  # config + fresh seed + label
-    def final_line(self, n: int) -> str: ...
-    # the console's lines on the final stage (selection gaps, per-label means)
-    def after_final(self, chosen: Any, trials, finals: pd.DataFrame, say) -> None: ...
+    def plans(self) -> Iterator[Plan]:
+        for w in self.spec.workloads:
+            yield Plan(self, w)
 
 
-class Experiment(Protocol):
-    """A sweep or a study as the pipeline runs it: its spec (name, folder), what the console
-    calls it, its plans, and its record (a study's study.json; a sweep keeps none)."""
+class Plan:
+    """One workload of an experiment: ``spec`` is what each of its stages launches with.
 
-    what: str
-    spec: ExperimentSpec
+    Its searched arms draw their points up front (``points``; a study file's arms), or its one
+    searched arm draws from ``search.searcher`` (a sweep file's), which scores each trial by
+    the searcher's objective (``reference``: the retention objective's reference run) and
+    hands the final stage its best ``final.top``, ``selected-<j>``, beside the unsearched
+    arms; drawn arms are chosen per objective and uplink level and run under their names."""
 
-    def started(self, final_only: bool) -> bool: ...  # the folder holds it already
-    def opened(self, final_only: bool) -> None: ...  # recorded as running
-    def header(self, run: Launcher, resources: dict[str, float]) -> str: ...
-    def plans(self) -> Iterator[Plan]: ...
-    def interrupted(self) -> None: ...  # recorded as interrupted (Ctrl-C, SIGTERM)
-    def finished(self, outcomes: list, say) -> None: ...  # recorded; the closing line
+    def __init__(self, exp: Experiment, w: str):
+        study = exp.spec
+        self.exp, self.study, self.w = exp, study, w
+        self.spec, self.reference = study.workload(w), None
+        # a workload named after its experiment says nothing more on the console
+        self.tag = "" if self.spec.name == study.name else f"[{w}] "
+        self.points = (
+            [dict(p, label=a.name) for a in study.arms if a.searched for p in arm_points(study, a)]
+            if study.trials_per_arm
+            else None
+        )
+
+    def search(self, run: Launcher) -> pd.DataFrame:
+        """The search stage; its trials."""
+        from . import search
+
+        if self.points is not None:
+            results = search.drawn_search(self.study, self.spec, self.points, run, self.w)
+            return self.rows("search", self.points, results)
+        if self.spec.search.searcher == "none":
+            return search.protocol_trials(self.spec)
+        self.reference = search.reference_val(self.spec, run.say)
+        results, budget = search.searcher_search(self.spec, run, self.reference)
+        trials = self.rows("search", None, results)
+        if budget is not None:
+            run.say(
+                f"client-round budget: {budget.spent()} of {self.spec.search.client_rounds} "
+                f"spent by {len(trials)} configurations"
+            )
+        return trials
+
+    def finished_search(self) -> pd.DataFrame:
+        """``--final``: the search the results hold (its search rows: the re-evaluation
+        stage is rerun, or read back where it finished)."""
+        from . import search
+
+        spec = self.spec
+        if self.points is not None:
+            trials = self.rows("search", self.points, None)
+            if not len(trials) or not trials["status"].eq("finished").any():
+                raise UserError(
+                    f"--final needs a finished search: workload {self.w!r} has no finished "
+                    f"search run in {display(spec.results_dir)} — run it (or --resume it) first"
+                )
+            return trials
+        if spec.search.searcher == "none":
+            return search.protocol_trials(spec)
+        store = Storage.of(spec.results_dir)
+        if not store.is_file(trials_file(spec.name)):
+            where = join(spec.results_dir, trials_file(spec.name))
+            raise UserError(f"--final needs a finished search: {where} is missing")
+        trials = pd.read_parquet(store.path(trials_file(spec.name)), filesystem=store.fs)
+        if spec.search.objective == "retention":  # the reference the search was scored with
+            ref = trials["reference_val_acc"].dropna()
+            self.reference = float(ref.iloc[0]) if len(ref) else search.reference_val(spec, print)
+        return trials[trials["stage"].ne("reeval")].reset_index(drop=True)
+
+    def search_finished(self) -> bool:
+        """The results record this workload's search as finished and chosen from (its trials
+        table): --resume goes on from there, as --final does."""
+        return Storage.of(self.spec.results_dir).is_file(trials_file(self.spec.name))
+
+    def rows(self, stage: str, points, results) -> pd.DataFrame:
+        """One row per trial of a stage: per point in order (its Tune result, where the stage
+        ran; with a client-round budget, a point its arm's budget left untried has no row),
+        or per Tune result where a searcher drew its own; a searcher's scored by its
+        objective."""
+        s, entries = self.spec.search, table.entries(stage, points, results)
+        objective = ",".join(self.study.objectives)
+        rows = table.build(self.spec, stage, entries, searcher=s.searcher, objective=objective)
+        return rows if self.points is not None else table.score(rows, self.spec, self.reference)
+
+    def readings(self) -> pd.DataFrame | None:
+        """The runs' readings at the uplink levels (the ``levels`` table), None without."""
+        if not self.study.uplink_levels:
+            return None
+        from ..results.reader import read_table_if_any
+
+        return read_table_if_any(self.study.results_dir, "levels")
+
+    def candidates(self, trials: pd.DataFrame) -> pd.DataFrame:
+        """Robust selection's candidates."""
+        if self.points is not None:
+            return selection.arm_candidates(trials, self.study, self.readings())
+        s = self.spec.search
+        bar = selection.run_bar(self.spec, trials)
+        return selection.candidates(trials, [s.objective], bar, s.reeval_top, fallback=True)
+
+    def choose(self, trials: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
+        """(what was chosen, the trials marked with it), on validation metrics only."""
+        study = self.study
+        if self.points is None:
+            chosen, trials = selection.choose_searched(self.spec, study.final_top, trials)
+            trials["selected"] = trials["run_id"].isin(chosen["run_id"])
+            return chosen, trials
+        trials = selection.values(trials, study.search.reeval_seeds)
+        chosen = selection.select_arms(trials, study)
+        levels, self.unable, self.limits, self.why = selection.select_levels(
+            trials, study, self.readings()
+        )
+        for arm, got in levels.items():
+            chosen.setdefault(arm, {}).update(got)
+        marked = selection.mark(trials, chosen).drop(columns=["trial_index"])
+        return selection.ablations(chosen, study), marked
+
+    def said_choice(self, chosen, trials: pd.DataFrame, say) -> None:
+        if self.points is None:
+            record.say_choice(self.spec, chosen, trials, say)
+            return
+        study, w = self.study, self.w
+        self.exp.chose(w, record.choices_record(study, chosen, self.unable, self.limits, self.why))
+        lines = selection.budget_lines(trials, study, self.spec.search.client_rounds)
+        lines += record.chosen_lines(study, chosen, self.unable, self.limits, self.why)
+        for line in lines:
+            say(self.tag + line)
+
+    def finals(self, chosen) -> list[dict[str, Any]]:
+        """The final stage's runs: each a configuration with its fresh seed and label."""
+        if self.points is not None:
+            return selection.arm_final_points(self.study, chosen)
+        if self.study.final is None or not len(chosen):
+            return []
+        selected = [json.loads(p) for p in chosen["params_json"]]
+        return selection.selected_final_points(self.study, selected)
+
+    def after_final(self, chosen, trials, finals: pd.DataFrame, say) -> None:
+        """The console's lines on the final stage: selection gaps, per-label means."""
+        if self.points is not None:
+            searched = {a.name for a in self.study.arms if a.searched}
+            rows = {a: got["val_acc"] for a, got in chosen.items() if "val_acc" in got}
+            rows = {a: row for a, row in rows.items() if a in searched}
+        elif self.spec.search.reeval_top:
+            rows = {f"selected-{j}": row for j, (_, row) in enumerate(chosen.iterrows())}
+        else:
+            rows = {}
+        gaps = self.exp.gaps[self.w] = reeval.selection_gaps(trials, rows, finals)
+        for label, gap in gaps.items():
+            say(self.tag + reeval.gap_line(label, gap))
+        if self.points is not None:
+            return
+        for (label, method), grp in finals.groupby(["label", "cfg.method.name"]):
+            say(
+                f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "
+                f"{grp['seed'].nunique()} seeds, cum_saving="
+                f"{100 * grp['cum_saving_restricted'].mean():.2f}%"
+            )
 
 
 def run_experiment(
@@ -167,7 +299,11 @@ def run_workload(plan: Plan, run: Launcher, searched: bool):
     points = plan.finals(chosen)
     if not points:
         return chosen, trials, None
-    run.say(plan.final_line(len(points)))
+    seeds = list(plan.study.final_seeds)
+    run.say(
+        f"{plan.tag}final stage: {len(points)} runs on fresh seeds {seeds}, test split read "
+        "once at the final round"
+    )
     finals = run.final(plan.spec, points)
     plan.after_final(chosen, trials, finals, run.say)
     return chosen, trials, finals
@@ -180,7 +316,7 @@ def reevaluate(plan: Plan, run: Launcher, trials: pd.DataFrame) -> pd.DataFrame:
     if not plan.spec.search.reeval_top:
         return trials
     cands = plan.candidates(trials)
-    what = plan.reeval_line(len(cands))
+    what = f"{plan.tag}robust selection: {len(cands)} candidate configurations"
     ran = reeval.run_stage(plan.spec, cands, run, what, reference=plan.reference)
     if ran is None:
         return trials
@@ -254,4 +390,37 @@ def report_at_end(location: str, say) -> None:
     say(f"results root: {where}")
 
 
-__all__ = ["Experiment", "Plan", "open_folder", "report_at_end", "run_experiment"]
+@dataclass(frozen=True)
+class SweepOutcome:
+    results_dir: str
+    trials: pd.DataFrame
+    selected: list[dict[str, Any]]
+    final_runs: pd.DataFrame | None
+
+
+def run_sweep(spec: ExperimentSpec, **options: Any) -> SweepOutcome:
+    """A sweep file's one workload through :func:`run_experiment` (which names the
+    ``options``): its trials, the configurations its searcher chose, its final runs."""
+    exp = Experiment(spec)
+    [(chosen, trials, final_runs)] = run_experiment(exp, **options)
+    selected = [json.loads(p) for p in chosen["params_json"]]
+    return SweepOutcome(exp.spec.results_dir, trials, selected, final_runs)
+
+
+def run_study(spec: ExperimentSpec, **options: Any) -> pd.DataFrame:
+    """A study file through :func:`run_experiment` (which names the ``options``): every
+    workload's final-stage runs."""
+    finals = [f for _, _, f in run_experiment(Experiment(spec), **options) if f is not None]
+    return pd.concat(finals, ignore_index=True) if finals else pd.DataFrame()
+
+
+__all__ = [
+    "Experiment",
+    "Plan",
+    "SweepOutcome",
+    "open_folder",
+    "report_at_end",
+    "run_experiment",
+    "run_study",
+    "run_sweep",
+]

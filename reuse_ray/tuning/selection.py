@@ -17,13 +17,26 @@ configuration that fails again loses). Then, per arm (a sweep has one) and objec
 Ties go to the configuration drawn first. With robust selection only its candidates are chosen
 from: per arm and objective the best ``reeval_top`` distinct configurations by the same rule on
 the search seed alone.
+
+With ``uplink_levels``, per arm, level and ledger the configuration whose reading — its model at
+the last validation within the level — is most accurate (:func:`select_levels`), or why none
+can be; an ablation arm takes its parent's choices with its own fields on top
+(:func:`ablations`). A sweep's objective ``pareto`` hands the final stage the front. What was
+chosen becomes the final stage's runs here too (:func:`final_labels`): an arm's choice runs
+under its name (``ARM@OBJECTIVE`` for another objective), a sweep's best under
+``selected-<j>`` beside its unsearched arms.
 """
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pandas as pd
 
+from .launch import final_points as launch_points
 from .reeval import PENALTY, reruns, seed_mean
+from .spec import ExperimentSpec, WorkloadSpec, level_name
 
 
 def values(trials: pd.DataFrame, seeds: tuple[int, ...]) -> pd.DataFrame:
@@ -119,4 +132,264 @@ def choose(
     return out
 
 
-__all__ = ["candidates", "choose", "eligible", "ranking", "values"]
+# ---- a study: per arm and objective, per uplink level and ledger, ablations ----------------
+
+
+def select_arms(trials: pd.DataFrame, spec: ExperimentSpec) -> dict[str, dict[str, Any]]:
+    """arm -> {objective: trials row} chosen on validation metrics only (:mod:`.selection`'s
+    rule over ``sel_val`` and ``sel_saving``; with robust selection, candidates only), the
+    retention bar set by the reference arm's best."""
+    ok = eligible(trials)
+    if spec.search.reeval_top:
+        ok = ok[ok["selection_mean"].notna()]
+    bar = arm_bar(ok, spec, "sel_val")
+    got = choose(ok, spec.objectives, bar)  # ok: the candidates already, with robust selection
+    arms = [a.name for a in spec.arms if a.name in got]
+    return {arm: {o: rows.iloc[0] for o, rows in got[arm].items()} for arm in arms}
+
+
+def arm_bar(rows: pd.DataFrame, spec: ExperimentSpec, column: str) -> float | None:
+    """The retention bar: ``retention`` × the reference arm's best (None without one)."""
+    ref = rows[rows["arm"] == spec.retention_reference][column]
+    return spec.retention * float(ref.max()) if len(ref) else None
+
+
+READ = ("crossed", "cap")  # a reading the selection may use (design: Readings at uplink levels)
+
+
+LEDGERS = ("restricted", "measured")
+
+
+def level_objective(level: float, ledger: str) -> str:
+    """The objective name of a level in a ledger: ``up10`` (restricted), ``up10-measured``."""
+    return level_name(level) + ("" if ledger == "restricted" else f"-{ledger}")
+
+
+def readings_of(trials: pd.DataFrame, readings: pd.DataFrame | None, level: float, ledger: str):
+    """Per trials row (aligned to ``trials``' index): its run's reading at ``level`` in
+    ``ledger`` (columns status, round, cum_up, val_acc, level_bytes); NaN without one."""
+    cols = ["status", "round", "cum_up", "val_acc", "level_bytes"]
+    if readings is None or not len(readings) or "run_id" not in trials:
+        return pd.DataFrame(index=trials.index, columns=cols, dtype=object)
+    r = readings[readings["level"].eq(level) & readings["ledger"].eq(ledger)]
+    r = r.drop_duplicates("run_id", keep="last").set_index("run_id")[cols]
+    out = r.reindex(trials["run_id"].to_numpy())
+    out.index = trials.index
+    return out
+
+
+def _reading_mean(row, trials, readings, level, ledger, seeds) -> float:
+    """A candidate's reading at (level, ledger) averaged over its search run and its
+    re-evaluation run on each of ``seeds``; a missing or unread one counts as the penalty."""
+    again = reruns(trials, row)
+    rd = readings_of(again, readings, level, ledger)
+    per_seed = {
+        int(again.loc[i, "seed"]): float(rd.loc[i, "val_acc"])
+        for i in again.index
+        if rd.loc[i, "status"] in READ and pd.notna(rd.loc[i, "val_acc"])
+    }
+    values = [float(row["reading"])] + [per_seed.get(int(s), PENALTY) for s in seeds]
+    return sum(values) / len(values)
+
+
+def select_levels(
+    trials: pd.DataFrame, spec: ExperimentSpec, readings: pd.DataFrame | None
+) -> tuple[dict[str, dict[str, Any]], dict[str, list[str]], dict[str, float], dict]:
+    """Selection at matched uplink (``uplink_levels``), from the runs' readings (the
+    ``levels`` table): per arm, level and ledger, the search configuration whose reading —
+    the model at the last round within the level — has the best validation accuracy (with
+    robust selection: the best mean over the search and re-evaluation seeds, among the
+    candidates; earliest drawn on a tie). Returns (arm -> {objective: trials row with its
+    ``reading``}, arm -> [objectives it cannot reach], objective -> bytes, arm -> {objective:
+    why it cannot}): ``over`` — one round of every configuration spends more than the level;
+    else no configuration was read there (each stopped, failed or diverged first)."""
+    if not spec.uplink_levels:
+        return {}, {}, {}, {}
+    search = trials[trials["stage"].eq("search")]
+    robust = bool(spec.search.reeval_top) and trials["stage"].eq("reeval").any()
+    picked: dict[str, dict[str, Any]] = {}
+    unable: dict[str, list[str]] = {}
+    why: dict[str, dict[str, str]] = {}
+    limits: dict[str, float] = {}
+    for level in spec.uplink_levels:
+        for ledger in LEDGERS:
+            name = level_objective(level, ledger)
+            rd = readings_of(search, readings, level, ledger)
+            if rd["level_bytes"].notna().any():
+                limits[name] = float(rd["level_bytes"].dropna().iloc[0])
+            rows = search.assign(reading=rd["val_acc"], reading_status=rd["status"])
+            rows = rows.assign(reading_round=rd["round"], reading_cum_up=rd["cum_up"])
+            for arm in (a.name for a in spec.arms if a.searched):
+                g = rows[rows["arm"].eq(arm)]
+                ok = g[g["reading_status"].isin(READ) & g["reading"].notna()]
+                if robust and len(ok):
+                    ok = ok[[len(reruns(trials, r)) > 0 for _, r in ok.iterrows()]]
+                    means = [
+                        _reading_mean(r, trials, readings, level, ledger, spec.search.reeval_seeds)
+                        for _, r in ok.iterrows()
+                    ]
+                    ok = ok.assign(reading_mean=means, reading=means)
+                if len(ok):
+                    best = ok.sort_values(["reading", "trial_index"], ascending=[False, True])
+                    picked.setdefault(arm, {})[name] = best.iloc[0]
+                    continue
+                unable.setdefault(arm, []).append(name)
+                over = len(g) and g["reading_status"].eq("over").all()
+                why.setdefault(arm, {})[name] = (
+                    "one round of every configuration spends more than the level"
+                    if over
+                    else "no configuration was read there (each stopped, failed or diverged first)"
+                )
+    return picked, unable, limits, why
+
+
+def arm_candidates(
+    trials: pd.DataFrame, spec: ExperimentSpec, readings: pd.DataFrame | None = None
+) -> pd.DataFrame:
+    """Per arm, the search rows robust selection re-evaluates: the best ``reeval_top`` by each
+    objective on the search seed (:func:`.selection.candidates`), and with uplink levels the
+    best ``reeval_top`` by their reading at each level and ledger."""
+    ok = eligible(trials)
+    bar = arm_bar(ok, spec, "val_acc")
+    top = spec.search.reeval_top
+    out = [candidates(trials, spec.objectives, bar, top)]
+    search = trials[trials["stage"].eq("search")]
+    for level in spec.uplink_levels:
+        for ledger in LEDGERS:
+            rd = readings_of(search, readings, level, ledger)
+            rows = search.assign(reading=rd["val_acc"])[rd["status"].isin(READ)]
+            rows = rows[rows["reading"].notna()]
+            for _, g in rows.groupby("arm", sort=False):
+                g = g.sort_values(["reading", "trial_index"], ascending=[False, True])
+                out.append(g.drop_duplicates("params_json").head(top).drop(columns="reading"))
+    both = pd.concat([o for o in out if len(o)]) if any(len(o) for o in out) else out[0]
+    return both.drop_duplicates(["arm", "params_json"])
+
+
+def budget_lines(trials: pd.DataFrame, spec: ExperimentSpec, budget: int) -> list[str]:
+    """Per arm: configurations tried, how many a scheduler or the budget stopped, client-rounds
+    spent by the search and by robust selection, against the budget."""
+    lines = []
+    for arm in (a.name for a in spec.arms if a.searched):
+        t = trials[trials["arm"].eq(arm)]
+        search = t[t["stage"].eq("search")]
+        spent = int(search["client_rounds"].fillna(0).sum())
+        again = int(t[t["stage"].eq("reeval")]["client_rounds"].fillna(0).sum())
+        of = f" of {budget}" if budget else ""
+        lines.append(
+            f"{arm}: {len(search)} configurations ({int(search['status'].eq('stopped').sum())} "
+            f"stopped early), {spent}{of} client-rounds"
+            + (f", robust selection {again} more" if again else "")
+        )
+    return lines
+
+
+def ablations(chosen: dict[str, dict[str, Any]], spec: ExperimentSpec) -> dict:
+    """``chosen`` with each ablation arm's choices: every objective its parent chose, the
+    parent's configuration with the ablation's fields on top (its final runs share every
+    other setting, so the two compare as an ablation)."""
+    out = dict(chosen)
+    for a in spec.arms:
+        if not a.ablation_of:
+            continue
+        got = {}
+        for objective, row in chosen.get(a.ablation_of, {}).items():
+            params = {**json.loads(row["params_json"]), **a.fixed}
+            got[objective] = row.copy()
+            got[objective]["params_json"] = json.dumps(params, sort_keys=True)
+        if got:
+            out[a.name] = got
+    return out
+
+
+def mark(trials: pd.DataFrame, chosen: dict[str, dict[str, Any]]) -> pd.DataFrame:
+    trials = trials.copy()
+    by = {}
+    for objectives in chosen.values():
+        for o, row in objectives.items():
+            by.setdefault(int(row["trial_index"]), []).append(o)
+    trials["selected_for"] = [
+        (",".join(by.get(int(k), [])) or None) if pd.notna(k) else None
+        for k in trials["trial_index"]
+    ]
+    trials["selected"] = trials["selected_for"].notna()
+    return trials.drop(columns=["sel_val", "sel_saving"])
+
+
+# ---- a sweep: its searcher's objective, the Pareto front, the best few -------------------
+
+
+def _pareto(df: pd.DataFrame, top: int) -> pd.DataFrame:
+    """Objective pareto: the front's configurations, most accurate first."""
+    ok = eligible(df).drop_duplicates("run_id")
+    ok = ok[ok["on_pareto_front"].fillna(False).astype(bool)]
+    return ok.sort_values(["val_acc", "cum_up_restricted"], ascending=[False, True]).head(top)
+
+
+def run_bar(spec: WorkloadSpec, trials: pd.DataFrame) -> float | None:
+    """The retention objective's bar: ``search.retention`` × the reference run's validation
+    accuracy, as the trials table recorded it (also for ``--final``)."""
+    if spec.search.objective != "retention" or "reference_val_acc" not in trials:
+        return None
+    ref = trials["reference_val_acc"].dropna()
+    return spec.search.retention * float(ref.iloc[0]) if len(ref) and ref.iloc[0] > 0 else None
+
+
+def choose_searched(spec: WorkloadSpec, top: int, trials: pd.DataFrame):
+    """(the configurations the final stage reruns, the trials table): every protocol point;
+    the Pareto front; else the best by :mod:`.selection`'s rule (the searcher's objective,
+    with a fallback below the retention bar), by the means over the further search seeds
+    where robust selection re-evaluated its candidates (:func:`.pipeline.reevaluate`)."""
+    s = spec.search
+    if s.searcher == "none":
+        return trials, trials
+    if s.objective == "pareto":
+        return _pareto(trials, top), trials
+    bar = run_bar(spec, trials)
+    rows = values(trials, s.reeval_seeds)
+    once = rows.drop_duplicates("run_id")  # a searcher that repeated a point: chosen once
+    got = choose(once, [s.objective], bar, top, bool(s.reeval_top), fallback=True)
+    chosen = got.get(None, {}).get(s.objective, rows.head(0))
+    drop = ["sel_val", "sel_saving"] + ([] if s.reeval_top else ["selection_mean"])
+    return chosen.drop(columns=drop), rows.drop(columns=drop)
+
+
+# ---- the final stage's runs -------------------------------------------------------------
+
+
+def final_labels(spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]) -> dict[tuple, str]:
+    """(arm, objective) -> the label its configuration's final runs carry: the arm for
+    ``val_acc``, ``ARM@OBJECTIVE`` otherwise (``ARM@up10`` for an uplink level); a
+    configuration chosen by several objectives runs once, under the first one's label."""
+    out = {}
+    for arm in (a.name for a in spec.arms):
+        first: dict[str, str] = {}
+        for objective, row in chosen.get(arm, {}).items():
+            label = arm if objective == "val_acc" else f"{arm}@{objective}"
+            out[(arm, objective)] = first.setdefault(row["params_json"], label)
+    return out
+
+
+def arm_final_points(
+    spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The final stage's runs (:func:`.launch.final_points`): each arm's selected
+    configurations under the labels of :func:`final_labels`, each configuration once."""
+    configs, labels = [], final_labels(spec, chosen)
+    for arm in (a.name for a in spec.arms):
+        seen: set[str] = set()
+        for objective, row in chosen.get(arm, {}).items():
+            if row["params_json"] not in seen:
+                seen.add(row["params_json"])
+                configs.append((labels[(arm, objective)], json.loads(row["params_json"])))
+    return launch_points(configs, spec.final_seeds)
+
+
+def selected_final_points(
+    spec: ExperimentSpec, selected: list[dict[str, Any]]
+) -> list[dict[str, Any]]:
+    """The final stage's runs (:func:`.launch.final_points`): the selected configurations,
+    ``selected-<j>``, then the references, the unsearched arms (a long sweep finishes its
+    answer before its controls)."""
+    configs = [(f"selected-{j}", params) for j, params in enumerate(selected)]
+    return launch_points(configs, spec.final.seeds, spec.compare)

@@ -321,13 +321,15 @@ class ExperimentSpec:
     target_of_reference: float = 0.0
     targets: dict[str, float] = field(default_factory=dict)
     compare_to: tuple[str, ...] = ()  # the arms the leaderboard's differences are taken against
+    # workload -> the name its Tune experiments, trials table and runs carry (default
+    # <name>-<workload>; a sweep file's one workload carries the sweep's name)
+    names: dict[str, str] = field(default_factory=dict)
 
     def workload(self, w: str) -> WorkloadSpec:
         """What the stages of workload ``w`` launch with: its base, the search with the
-        workload's budget, this experiment's trials (a sweep's one workload carries its name,
-        a study's ``<name>-<workload>``)."""
+        workload's budget, this experiment's trials, under the workload's name."""
         return WorkloadSpec(
-            name=self.name if self.kind == "sweep" else f"{self.name}-{w}",
+            name=self.names.get(w, f"{self.name}-{w}"),
             base=self.workloads[w],
             search=replace(self.search, client_rounds=self.client_rounds.get(w, 0)),
             trial=self.trial,
@@ -337,6 +339,10 @@ class ExperimentSpec:
 
     def arm(self, name: str) -> Arm:
         return next(a for a in self.arms if a.name == name)
+
+    @property
+    def final_top(self) -> int:
+        return self.final.top if self.final else 1
 
     @property
     def final_seeds(self) -> tuple[int, ...]:

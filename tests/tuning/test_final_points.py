@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from reuse_ray.tuning.parse import load_spec
-from reuse_ray.tuning.sweep import final_points
+from reuse_ray.tuning.selection import selected_final_points as final_points
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,7 +41,7 @@ def test_the_paper_sweep_runs_its_answer_first_and_its_controls_on_their_seeds()
 
 def test_a_study_runs_each_chosen_configuration_once_per_final_seed():
     from reuse_ray.tuning.parse import load_spec
-    from reuse_ray.tuning.study import final_points as study_points
+    from reuse_ray.tuning.selection import arm_final_points as study_points
 
     spec = load_spec(ROOT / "sweeps" / "study.yaml", scale="small")
     same = {"params_json": '{"train.lr": 0.1}'}

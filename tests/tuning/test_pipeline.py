@@ -26,13 +26,11 @@ class FakePlan:
     cands: pd.DataFrame
     reference: float | None = 0.5
     asked: list = field(default_factory=list)
+    tag: str = ""
 
     def candidates(self, trials):
         self.asked.append(len(trials))
         return self.cands
-
-    def reeval_line(self, n):
-        return f"robust selection: {n} candidates"
 
     def rows(self, stage, points, results):
         return pd.DataFrame(
@@ -92,7 +90,8 @@ def test_each_candidate_reruns_on_each_further_seed_and_its_rows_follow_the_sear
     assert list(out["stage"]) == ["search", "search"] + ["reeval"] * 4
     assert list(out["result"].iloc[2:]) == ["result-0", "result-1", "result-2", "result-3"]
     assert run.lines == [
-        "robust selection: 2 candidates again on search seeds [11, 12] (4 validation-only runs)"
+        "robust selection: 2 candidate configurations again on search seeds [11, 12] "
+        "(4 validation-only runs)"
     ]
 
 

@@ -62,18 +62,18 @@ def test_a_scheduler_rung_is_checked_against_the_rounds():
 
 
 def test_one_loader_reads_either_kind_of_file(tmp_path):
-    """``load_experiment``: a sweep file is a Sweep, a ``kind: study`` file a study, each with
-    its named scale and overrides applied before the one validation."""
-    from reuse_ray.tuning import load_experiment
-    from reuse_ray.tuning.study import StudyExperiment
-    from reuse_ray.tuning.sweep import Sweep
+    """``load_experiment``: a sweep file and a ``kind: study`` file are one Experiment, each
+    with its named scale and overrides applied before the one validation; the record alone
+    names the kind."""
+    from reuse_ray.tuning import Experiment, load_experiment
 
     study = load_experiment("sweeps/study.yaml", ["final.seeds=[2001, 2002]"], scale="small")
-    assert isinstance(study, StudyExperiment)
+    assert isinstance(study, Experiment) and study.what == "study"
     assert (study.spec.scale, study.spec.trials_per_arm) == ("small", 1)
     assert study.spec.final_seeds == (2001, 2002)
     sweep = load_experiment("sweeps/quickstart.yaml", ["search.num_samples=3"])
-    assert isinstance(sweep, Sweep) and sweep.spec.search.num_samples == 3
+    assert type(sweep) is type(study) and sweep.what == "sweep"
+    assert sweep.spec.search.num_samples == 3
     with pytest.raises(ConfigError) as err:
         load_experiment("sweeps/quickstart.yaml", scale="huge")
     assert err.value.field == "--scale"

@@ -14,7 +14,8 @@ from conftest import init_ray_for_sweeps
 
 from reuse_ray.config import ConfigError
 from reuse_ray.tuning.parse import arm_points, load_spec, parse_experiment
-from reuse_ray.tuning.study_select import select, selection_values
+from reuse_ray.tuning.selection import select_arms as select
+from reuse_ray.tuning.selection import values
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDY = ROOT / "sweeps" / "study.yaml"
@@ -134,7 +135,7 @@ def test_selection_by_validation_accuracy_and_by_the_retention_rule():
             ("fed_ef", "finished", 0.70, 0.80, '{"r": 5}'),  # nothing keeps the bar
         ]
     )
-    got = select(selection_values(trials, spec), spec)
+    got = select(values(trials, spec.search.reeval_seeds), spec)
     assert got["topk_fedavg"]["val_acc"]["params_json"] == '{"r": 1}'
     assert got["topk_fedavg"]["retention"]["params_json"] == '{"r": 2}'
     assert got["fedavg"]["retention"]["val_acc"] == 0.90
@@ -152,7 +153,7 @@ def test_the_small_study_end_to_end(tmp_path, fashion_mnist):
     init_ray_for_sweeps()
     try:
         spec = load_spec(STUDY, [f"results_dir={out}"], scale="small")
-        from reuse_ray.tuning.study import run_study
+        from reuse_ray.tuning import run_study
 
         said: list[str] = []
         final = run_study(spec, say=said.append)
@@ -389,7 +390,7 @@ class _Trial:
 def test_every_arm_has_its_own_asha_so_a_weak_method_is_judged_against_itself():
     from ray.tune.schedulers import TrialScheduler
 
-    from reuse_ray.tuning.study_search import MakeScheduler, PerArm
+    from reuse_ray.tuning.search import MakeScheduler, PerArm
 
     make = MakeScheduler("asha", max_t=6, grace_period=1, reduction_factor=2)
     shared, per_arm = make(), PerArm(make)
@@ -420,7 +421,7 @@ def test_arm_points_offers_an_arms_points_until_the_ledger_says_its_budget_is_sp
     from ray.tune.search import Searcher
 
     from reuse_ray.tuning.budget import ClientRoundBudget
-    from reuse_ray.tuning.study_search import ArmPoints
+    from reuse_ray.tuning.search import ArmPoints
 
     points = [{"label": a, "train.lr": k} for a in ("x", "y") for k in range(3)]
     ledger = ClientRoundBudget(40, 4, labels=["x", "y"])  # 10 rounds per arm
@@ -494,12 +495,12 @@ def test_robust_selection_chooses_by_the_mean_and_a_failed_rerun_counts_as_the_p
         ]
     )
     again["stage"], again["seed"], again["trial_index"] = "reeval", 202, None
-    values = selection_values(pd.concat([trials, again], ignore_index=True), spec)
-    got = select(values, spec)
+    vals = values(pd.concat([trials, again], ignore_index=True), spec.search.reeval_seeds)
+    got = select(vals, spec)
     assert got["fedavg"]["val_acc"]["params_json"] == '{"a": 2}'
     assert got["fedavg"]["val_acc"]["selection_mean"] == pytest.approx((0.88 + 0.87) / 2)
     assert got["laq"]["val_acc"]["params_json"] == '{"b": 2}'  # (0.80 − 3) / 2 loses
-    assert values.loc[2, "selection_mean"] != values.loc[2, "selection_mean"]  # NaN: no rerun
+    assert vals.loc[2, "selection_mean"] != vals.loc[2, "selection_mean"]  # NaN: no rerun
 
 
 def _reading(run_id, level, ledger, status, val=None, limit=1000.0, rnd=None):
@@ -520,8 +521,9 @@ def test_selection_at_matched_uplink_reads_each_run_at_the_level_in_both_ledgers
     within the level) is the most accurate on validation; a dense arm has a reading at every
     level (an early round), so it is chosen there too; a stopped run's reading counts where
     it was taken before the stop; a level no configuration was read at is unable, with why."""
-    from reuse_ray.tuning.study import choices_record, final_labels, final_points
-    from reuse_ray.tuning.study_select import select_levels
+    from reuse_ray.tuning.record import choices_record
+    from reuse_ray.tuning.selection import arm_final_points as final_points
+    from reuse_ray.tuning.selection import final_labels, select_levels
 
     spec = dataclasses.replace(_one_seed(parse_experiment(_raw())), uplink_levels=(0.1, 0.5))
     rows = [  # arm, status, val_acc at T, saving, params
@@ -565,7 +567,7 @@ def test_selection_at_matched_uplink_reads_each_run_at_the_level_in_both_ledgers
             _reading("run5", 0.5, "measured", "crossed", 0.70, rnd=1),
         ]
     )
-    chosen = select(selection_values(trials, spec), spec)
+    chosen = select(values(trials, spec.search.reeval_seeds), spec)
     levels, unable, limits, why = select_levels(trials, spec, readings)
     assert limits == {"up10": 100.0, "up10-measured": 100.0, "up50": 500.0, "up50-measured": 500.0}
     pick = {arm: {lv: r["params_json"] for lv, r in got.items()} for arm, got in levels.items()}
@@ -605,7 +607,8 @@ def test_selection_at_matched_uplink_reads_each_run_at_the_level_in_both_ledgers
 
 
 def test_robust_selection_at_a_level_averages_the_readings_over_the_search_seeds():
-    from reuse_ray.tuning.study_select import candidates, select_levels
+    from reuse_ray.tuning.selection import arm_candidates as candidates
+    from reuse_ray.tuning.selection import select_levels
 
     spec = parse_experiment(_raw())  # reeval_top 2 on seed 202
     spec = dataclasses.replace(
@@ -643,7 +646,7 @@ def test_with_uplink_levels_each_level_of_an_arm_has_its_own_asha():
     dense one's accuracy does not stop it."""
     from ray.tune.schedulers import TrialScheduler
 
-    from reuse_ray.tuning.study_search import MakeScheduler, PerArm
+    from reuse_ray.tuning.search import MakeScheduler, PerArm
 
     make = MakeScheduler("asha", max_t=6, grace_period=2, reduction_factor=2)
     plain, levels = PerArm(make), PerArm(make, (0.1, 0.5), route_at=2)
@@ -671,7 +674,7 @@ def test_a_launch_killed_without_a_word_keeps_the_wall_time_spent_before_it(tmp_
     machine or session ended (no 'interrupted' record) loses only its own time."""
     import time
 
-    from reuse_ray.tuning.study import StudyExperiment
+    from reuse_ray.tuning import Experiment as StudyExperiment
 
     spec = dataclasses.replace(parse_experiment(_raw()), results_dir=str(tmp_path))
     (tmp_path / "study.json").write_text(json.dumps({"status": "interrupted", "wall_s": 1000.0}))

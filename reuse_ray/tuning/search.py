@@ -1,19 +1,166 @@
-"""A study's search with early stopping and an equal budget per arm (design: Validation-only
-search): every arm's configurations are drawn up front (:func:`.parse.arm_points`); Tune
-runs them arm by arm through :class:`ArmPoints`, which stops offering an arm's points once the
-search's ledger (:class:`.budget.ClientRoundBudget`, also its stopper) says the arm has spent
-``budget.client_rounds``; :class:`PerArm` gives every arm its own ASHA or HyperBand, so an arm's
-trials are stopped only against the same arm's rungs (a weak method is not cut by a strong
-one's accuracy).
+"""The search stage (design: Validation-only search): no trial reads the test split.
+
+A study's arms draw their configurations up front (:func:`.parse.arm_points`, a seeded random
+draw from each arm's space and the shared knobs); Tune runs them as a grid or, with a scheduler
+or a client-round budget, through :class:`ArmPoints`, which stops offering an arm's points once
+the search's ledger (:class:`.budget.ClientRoundBudget`, also its stopper) says the arm has
+spent its budget, and :class:`PerArm` gives every arm (and uplink level) its own ASHA or
+HyperBand, so a trial is stopped only against its own arm's rungs. A sweep's one searched arm
+draws from its searcher instead (:func:`make_searcher`: TPE, NSGA-II, random with Optuna, or a
+grid), with the retention objective's reference run measured first; searcher ``none`` sends
+its grid unsearched to the final stage (:func:`protocol_trials`).
 """
 
 from __future__ import annotations
 
+import itertools
 import pickle
 from typing import Any
 
+import pandas as pd
 from ray.tune.schedulers import FIFOScheduler, TrialScheduler
 from ray.tune.search import Searcher
+
+from . import trials as table
+from .launch import Launcher
+from .spaces import load_space
+from .spec import ExperimentSpec, WorkloadSpec
+
+
+def make_searcher(spec: WorkloadSpec, concurrency: int = 0):
+    """(search_alg, tune_metric, tune_mode, param_space) for the sweep's searcher."""
+    from ray import tune
+    from ray.tune.search.basic_variant import BasicVariantGenerator
+
+    s = spec.search
+    if s.searcher == "grid":
+        space = {k: tune.grid_search(list(v)) for k, v in s.grid.items()}
+        gen = BasicVariantGenerator(random_state=s.seed, max_concurrent=concurrency)
+        return gen, "val_acc", "max", space
+    import optuna
+    from ray.tune.search.optuna import OptunaSearch
+
+    from .samplers import NSGAIISampler
+
+    sampler = {
+        "tpe": lambda: optuna.samplers.TPESampler(seed=s.seed),
+        "nsga2": lambda: NSGAIISampler(seed=s.seed),
+        "random": lambda: optuna.samplers.RandomSampler(seed=s.seed),
+    }[s.searcher]()
+    if s.objective == "pareto":
+        metric, mode = ["val_acc", "cum_up_restricted"], ["max", "min"]
+    else:
+        metric, mode = ("objective", "max")
+    alg = OptunaSearch(space=load_space(s.space), metric=metric, mode=mode, sampler=sampler)
+    return alg, None, None, None
+
+
+def reference_val(spec: WorkloadSpec, say) -> float | None:
+    """The retention objective's reference: validation accuracy of the reference run."""
+    if spec.search.objective != "retention":
+        return None
+    from ..engine import RunHooks
+    from ..results.storage import anchored
+    from ..results.writer import RunWriter
+    from ..runner import run_fl
+    from .trainable import trial_backend
+
+    # the trials' engine settings (device, vectorize, channels_last, workers), so the bar is
+    # measured as the trials it judges are
+    cfg = spec.run_config(spec.search.reference)
+    # a resumed or --final sweep: the reference finished here before (the engine refuses to
+    # run it again), so its recorded validation accuracy is the bar, as it was
+    done = RunWriter(anchored(cfg.results_dir)[0], cfg.run_id, cfg.method.name).previous_result()
+    if done is not None:
+        say(f"retention reference run {cfg.run_id}: finished here before, its result kept")
+        return done["final_val_acc"]
+    say(f"retention reference run {cfg.run_id} ({spec.search.reference or 'base config'})")
+    hooks = RunHooks(stage="search", evaluate_test=False, sweep=spec.name, trial_id="reference")
+    summary = run_fl(cfg, backend=trial_backend(spec, cfg, "reference"), hooks=hooks)
+    return summary.row["final_val_acc"]
+
+
+def protocol_trials(spec: WorkloadSpec) -> pd.DataFrame:
+    """Searcher ``none``: every grid combination, unsearched, goes to the final stage."""
+    keys = list(spec.search.grid)
+    combos = [
+        dict(zip(keys, v, strict=True)) for v in itertools.product(*spec.search.grid.values())
+    ]
+    trials = table.build(
+        spec,
+        "protocol",
+        [table.Entry(c) for c in combos],
+        searcher="none",
+        objective=spec.search.objective,
+        missing="not searched",
+    )
+    return trials.assign(selected=True)
+
+
+def searcher_search(spec: WorkloadSpec, run: Launcher, reference: float | None):
+    """The validation-only search stage (early-ending under its scheduler and client-round
+    budget, if any); (its Tune results, the budget's ledger or None)."""
+    # HyperBand's brackets need every trial at once (launch._synchronous)
+    alg, metric, mode, space = make_searcher(
+        spec, 0 if spec.search.scheduler == "hyperband" else run.concurrency
+    )
+    from .budget import ClientRoundBudget
+
+    budget, make = ClientRoundBudget.of(spec), MakeScheduler.of(spec, own_metric=not metric)
+    results = run(
+        spec,
+        "search",
+        param_space=space,
+        search_alg=alg,
+        metric=metric,
+        mode=mode,
+        scheduler=make() if make else None,
+        stop=budget,
+        num_samples=spec.search.num_samples,
+        total=spec.trials_total(),
+        reference=reference,
+    )
+    return results, budget
+
+
+def drawn_search(spec: ExperimentSpec, sweep: WorkloadSpec, points: list, run, w: str):
+    """The workload's validation-only search stage: every arm's points, each arm's budget;
+    its Tune results."""
+    budget, n = sweep.search.client_rounds, spec.trials_per_arm
+    run.say(
+        f"[{w}] search: {len(points)} trials ({n} per arm), {run.concurrency} at a time"
+        if not budget
+        else f"[{w}] search: up to {n} configurations per arm, {budget} client-rounds per "
+        f"arm, {run.concurrency} trial{'s' if run.concurrency != 1 else ''} at a time"
+    )
+    return run(
+        sweep,
+        "search",
+        total=f"at most {len(points)}" if budget else len(points),
+        **_drawn_args(spec, sweep, points),
+    )
+
+
+def _drawn_args(spec: ExperimentSpec, sweep: WorkloadSpec, points: list) -> dict:
+    """How Tune gets the search's points: a plain grid, or (with a scheduler or a client-round
+    budget) :class:`.study_search.ArmPoints` with a scheduler per arm and a budget per arm."""
+    s = sweep.search
+    if not s.client_rounds and s.scheduler == "none":
+        from ray import tune
+
+        return {"param_space": {"final": tune.grid_search(points)}}
+    from .budget import ClientRoundBudget
+
+    ledger = ClientRoundBudget.of(sweep, [a.name for a in spec.arms if a.searched])
+    return {
+        "param_space": {},
+        "search_alg": ArmPoints(points, ledger),
+        "num_samples": len(points),
+        "scheduler": None
+        if s.scheduler == "none"
+        else PerArm(MakeScheduler.of(sweep), spec.uplink_levels, route_at=s.grace_period),
+        "stop": ledger,
+    }
 
 
 def _label(config: dict[str, Any]) -> str | None:
@@ -144,13 +291,13 @@ class MakeScheduler:
 
     def __init__(
         self,
-        kind: str,
+        scheduler: str,
         max_t: int,
         grace_period: int,
         reduction_factor: int,
         own_metric: bool = True,
     ):
-        self.kind, self.max_t = kind, max_t
+        self.scheduler, self.max_t = scheduler, max_t
         self.grace_period, self.reduction_factor = grace_period, reduction_factor
         self.own_metric = own_metric
 
@@ -170,7 +317,7 @@ class MakeScheduler:
         common = {"time_attr": "val_round"}
         if self.own_metric:
             common.update(metric="objective", mode="max")
-        if self.kind == "asha":
+        if self.scheduler == "asha":
             return ASHAScheduler(
                 max_t=self.max_t,
                 grace_period=self.grace_period,
@@ -182,4 +329,13 @@ class MakeScheduler:
         )
 
 
-__all__ = ["ArmPoints", "MakeScheduler", "PerArm"]
+__all__ = [
+    "ArmPoints",
+    "MakeScheduler",
+    "PerArm",
+    "drawn_search",
+    "make_searcher",
+    "protocol_trials",
+    "reference_val",
+    "searcher_search",
+]
