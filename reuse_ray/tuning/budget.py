@@ -12,7 +12,7 @@ stopper: a trial that reports for a spent group stops there (status ``stopped``,
 prefix of the full run's), and once every group has spent its budget the search ends — Tune
 starts no further trial and stops the running ones between their rounds. A study gives every
 arm its own budget (the groups are the arms, by the ``label`` their trials report), and its
-searcher (:class:`.study_search.ArmPoints`) asks the same ledger before it offers an arm's
+searcher (:class:`.search.ArmPoints`) asks the same ledger before it offers an arm's
 next configuration.
 
 The ledger survives a restart: Tune restores the stopper and the searcher from one pickle (so

@@ -143,7 +143,7 @@ def drawn_search(spec: ExperimentSpec, sweep: WorkloadSpec, points: list, run, w
 
 def _drawn_args(spec: ExperimentSpec, sweep: WorkloadSpec, points: list) -> dict:
     """How Tune gets the search's points: a plain grid, or (with a scheduler or a client-round
-    budget) :class:`.study_search.ArmPoints` with a scheduler per arm and a budget per arm."""
+    budget) :class:`.search.ArmPoints` with a scheduler per arm and a budget per arm."""
     s = sweep.search
     if not s.client_rounds and s.scheduler == "none":
         from ray import tune
