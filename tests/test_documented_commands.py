@@ -78,6 +78,12 @@ PLAN: dict[str, tuple[str, str]] = {
         "elsewhere",
         "an hour on 2 cores; its small scale is the suite's smoke study",
     ),
+    "python -m analysis.scenarios uniform=results/study_fashionmnist "
+    "skewed=results/study_fashionmnist_skewed": (
+        "elsewhere",
+        "the skewed study's results ship when its runs end (hours on 2 cores); "
+        "tests/analysis/test_scenarios.py checks the table by hand",
+    ),
     "reuse-ray sweep sweeps/study_fashionmnist.yaml": (
         "elsewhere",
         "hours on 2 cores; its results ship in results/ and its small scale is tested",
