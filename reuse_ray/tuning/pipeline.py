@@ -149,13 +149,15 @@ class Plan:
         bar = selection.run_bar(self.spec, trials)
         return selection.candidates(trials, [s.objective], bar, s.reeval_top, fallback=True)
 
-    def choose(self, trials: pd.DataFrame) -> tuple[Any, pd.DataFrame]:
-        """(what was chosen, the trials marked with it), on validation metrics only."""
-        study = self.study
+    def choose(self, trials: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+        """(arm -> {objective: the trials row chosen}, the trials marked with it), on
+        validation metrics only; a searcher's best ``final.top`` are ``selected-<j>``."""
+        study, main = self.study, self.study.objectives[0]
         if self.points is None:
-            chosen, trials = selection.choose_searched(self.spec, study.final_top, trials)
-            trials["selected"] = trials["run_id"].isin(chosen["run_id"])
-            return chosen, trials
+            best, trials = selection.choose_searched(self.spec, study.final_top, trials)
+            trials["selected"] = trials["run_id"].isin(best["run_id"])
+            rows = enumerate(r for _, r in best.iterrows())
+            return {f"selected-{j}": {main: row} for j, row in rows}, trials
         trials = selection.values(trials, study.search.reeval_seeds)
         chosen = selection.select_arms(trials, study)
         levels, self.unable, self.limits, self.why = selection.select_levels(
@@ -166,7 +168,7 @@ class Plan:
         marked = selection.mark(trials, chosen).drop(columns=["trial_index"])
         return selection.ablations(chosen, study), marked
 
-    def said_choice(self, chosen, trials: pd.DataFrame, say) -> None:
+    def said_choice(self, chosen: dict, trials: pd.DataFrame, say) -> None:
         if self.points is None:
             record.say_choice(self.spec, chosen, trials, say)
             return
@@ -177,36 +179,27 @@ class Plan:
         for line in lines:
             say(self.tag + line)
 
-    def finals(self, chosen) -> list[dict[str, Any]]:
+    def finals(self, chosen: dict) -> list[dict[str, Any]]:
         """The final stage's runs: each a configuration with its fresh seed and label."""
-        if self.points is not None:
-            return selection.arm_final_points(self.study, chosen)
-        if self.study.final is None or not len(chosen):
-            return []
-        selected = [json.loads(p) for p in chosen["params_json"]]
-        return selection.selected_final_points(self.study, selected)
+        return selection.final_points(self.study, chosen) if chosen else []
 
-    def after_final(self, chosen, trials, finals: pd.DataFrame, say) -> None:
-        """The console's lines on the final stage: selection gaps, per-label means."""
-        if self.points is not None:
-            searched = {a.name for a in self.study.arms if a.searched}
-            rows = {a: got["val_acc"] for a, got in chosen.items() if "val_acc" in got}
-            rows = {a: row for a, row in rows.items() if a in searched}
-        elif self.spec.search.reeval_top:
-            rows = {f"selected-{j}": row for j, (_, row) in enumerate(chosen.iterrows())}
-        else:
-            rows = {}
+    def after_final(self, chosen: dict, trials, finals: pd.DataFrame, say) -> None:
+        """The console's lines on the final stage: each choice's selection gap (by the first
+        objective; an ablation has none of its own), each label's means."""
+        main = self.study.objectives[0]
+        rows = {a: got[main] for a, got in chosen.items() if main in got and not self._ablation(a)}
         gaps = self.exp.gaps[self.w] = reeval.selection_gaps(trials, rows, finals)
         for label, gap in gaps.items():
             say(self.tag + reeval.gap_line(label, gap))
-        if self.points is not None:
-            return
         for (label, method), grp in finals.groupby(["label", "cfg.method.name"]):
             say(
-                f"  final {label} ({method}): test_acc mean={grp['test_acc'].mean():.4f} over "
-                f"{grp['seed'].nunique()} seeds, cum_saving="
+                f"  {self.tag}final {label} ({method}): test_acc mean="
+                f"{grp['test_acc'].mean():.4f} over {grp['seed'].nunique()} seeds, cum_saving="
                 f"{100 * grp['cum_saving_restricted'].mean():.2f}%"
             )
+
+    def _ablation(self, name: str) -> bool:
+        return any(a.name == name and a.ablation_of for a in self.study.arms)
 
 
 def run_experiment(
@@ -403,7 +396,7 @@ def run_sweep(spec: ExperimentSpec, **options: Any) -> SweepOutcome:
     ``options``): its trials, the configurations its searcher chose, its final runs."""
     exp = Experiment(spec)
     [(chosen, trials, final_runs)] = run_experiment(exp, **options)
-    selected = [json.loads(p) for p in chosen["params_json"]]
+    selected = [json.loads(r["params_json"]) for got in chosen.values() for r in got.values()]
     return SweepOutcome(exp.spec.results_dir, trials, selected, final_runs)
 
 

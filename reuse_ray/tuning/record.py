@@ -233,15 +233,16 @@ def choices_record(spec: ExperimentSpec, chosen, unable, limits, why=None) -> di
     return {"arms": arms, "unable": unable, "unable_why": why or {}, "level_bytes": limits}
 
 
-def say_choice(spec: WorkloadSpec, chosen, trials, say) -> None:
-    """The console's line on what was chosen; no finished trial is the user's error, with every
-    trial's error listed."""
+def say_choice(spec: WorkloadSpec, chosen: dict, trials, say) -> None:
+    """A searcher's choice on the console (``chosen``: ``selected-<j>`` -> {objective: row});
+    no finished trial is the user's error, with every trial's error listed."""
+    rows = [row for got in chosen.values() for row in got.values()]
     trials_path = join(spec.results_dir, trials_file(spec.name))
     if spec.search.searcher == "none":
-        say(f"protocol: {len(chosen)} grid configurations go straight to the final stage")
+        say(f"protocol: {len(rows)} grid configurations go straight to the final stage")
         return
-    if len(chosen):
-        best = chosen.iloc[0]
+    if rows:
+        best = rows[0]
         say(
             f"best configuration (validation only): val_acc={best.val_acc:.4f} "
             f"cum_saving={100 * (best.cum_saving_restricted or 0):.2f}% params={best.params_json}"

@@ -82,11 +82,12 @@ def selection_gaps(
     """Per final label and the search row it was chosen as: search-stage minus fresh-seed
     validation accuracy, on the search seed alone and as the mean over the search seed and
     its re-evaluation runs (the accuracies they measured), with how many seeds that mean is
-    over and the fresh-seed mean itself. Labels without a fresh-seed accuracy are left out."""
+    over and the fresh-seed mean itself. Labels without a fresh-seed accuracy, or without a
+    search accuracy (an unsearched grid point), are left out."""
     out = {}
     for label, row in chosen.items():
         fresh = finals[finals["label"].eq(label)]["final_val_acc"].mean()
-        if pd.isna(fresh):
+        if pd.isna(fresh) or pd.isna(row["val_acc"]):
             continue
         again = reruns(trials, row)
         mean = pd.concat([pd.Series([row["val_acc"]]), again["val_acc"]]).mean()

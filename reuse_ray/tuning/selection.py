@@ -358,38 +358,34 @@ def choose_searched(spec: WorkloadSpec, top: int, trials: pd.DataFrame):
 
 
 def final_labels(spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]) -> dict[tuple, str]:
-    """(arm, objective) -> the label its configuration's final runs carry: the arm for
-    ``val_acc``, ``ARM@OBJECTIVE`` otherwise (``ARM@up10`` for an uplink level); a
-    configuration chosen by several objectives runs once, under the first one's label."""
-    out = {}
-    for arm in (a.name for a in spec.arms):
+    """(arm, objective) -> the label its configuration's final runs carry: the arm for the
+    first objective (a study's ``val_acc``; a sweep's choices are ``selected-<j>`` already),
+    ``ARM@OBJECTIVE`` otherwise (``ARM@up10`` for an uplink level); a configuration chosen by
+    several objectives runs once, under the first one's label."""
+    out, main = {}, spec.objectives[0]
+    for arm in _order(spec, chosen):
         first: dict[str, str] = {}
-        for objective, row in chosen.get(arm, {}).items():
-            label = arm if objective == "val_acc" else f"{arm}@{objective}"
+        for objective, row in chosen[arm].items():
+            label = arm if objective == main else f"{arm}@{objective}"
             out[(arm, objective)] = first.setdefault(row["params_json"], label)
     return out
 
 
-def arm_final_points(
-    spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """The final stage's runs (:func:`.launch.final_points`): each arm's selected
-    configurations under the labels of :func:`final_labels`, each configuration once."""
+def _order(spec: ExperimentSpec, chosen: dict) -> list[str]:
+    """The chosen arms in the spec's order, then any other choice (a sweep's ``selected-<j>``)."""
+    names = [a.name for a in spec.arms if a.name in chosen]
+    return names + [k for k in chosen if k not in names]
+
+
+def final_points(spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """The final stage's runs (:func:`.launch.final_points`): every chosen configuration once,
+    under the label of :func:`final_labels`, then the references — the unsearched arms that
+    are not ablations — on the seeds they name (a long sweep finishes its answer first)."""
     configs, labels = [], final_labels(spec, chosen)
-    for arm in (a.name for a in spec.arms):
+    for arm in _order(spec, chosen):
         seen: set[str] = set()
-        for objective, row in chosen.get(arm, {}).items():
+        for objective, row in chosen[arm].items():
             if row["params_json"] not in seen:
                 seen.add(row["params_json"])
                 configs.append((labels[(arm, objective)], json.loads(row["params_json"])))
-    return launch_points(configs, spec.final_seeds)
-
-
-def selected_final_points(
-    spec: ExperimentSpec, selected: list[dict[str, Any]]
-) -> list[dict[str, Any]]:
-    """The final stage's runs (:func:`.launch.final_points`): the selected configurations,
-    ``selected-<j>``, then the references, the unsearched arms (a long sweep finishes its
-    answer before its controls)."""
-    configs = [(f"selected-{j}", params) for j, params in enumerate(selected)]
-    return launch_points(configs, spec.final.seeds, spec.compare)
+    return launch_points(configs, spec.final_seeds, spec.compare)

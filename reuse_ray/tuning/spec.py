@@ -350,11 +350,12 @@ class ExperimentSpec:
 
     @property
     def compare(self) -> tuple[dict[str, Any], ...]:
-        """The unsearched arms as final-stage references: fields, label, seeds (if named)."""
+        """The unsearched arms as final-stage references (an ablation runs on its parent's
+        choices instead): fields, label, seeds (if named)."""
         return tuple(
             dict(a.fixed, label=a.name, **({"seeds": list(a.seeds)} if a.seeds else {}))
             for a in self.arms
-            if not a.searched
+            if not a.searched and not a.ablation_of
         )
 
     def ray_address(self) -> str | None:

@@ -6,15 +6,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from reuse_ray.tuning.parse import load_spec
-from reuse_ray.tuning.selection import selected_final_points as final_points
+from reuse_ray.tuning.selection import final_points
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_paper_sweep_runs_its_answer_first_and_its_controls_on_their_seeds():
     spec = load_spec(ROOT / "sweeps" / "paper_fashionmnist.yaml")
-    selected = [{"dg.tau0": 0.5}, {"dg.tau0": 0.7}]
-    pts = final_points(spec, selected)
+    chosen = {
+        f"selected-{j}": {"val_acc": {"params_json": p}}
+        for j, p in enumerate(['{"dg.tau0": 0.5}', '{"dg.tau0": 0.7}'])
+    }
+    pts = final_points(spec, chosen)
     assert pts[:6] == [
         {"dg.tau0": 0.5, "seed": 101, "label": "selected-0"},
         {"dg.tau0": 0.7, "seed": 101, "label": "selected-1"},
@@ -41,7 +44,7 @@ def test_the_paper_sweep_runs_its_answer_first_and_its_controls_on_their_seeds()
 
 def test_a_study_runs_each_chosen_configuration_once_per_final_seed():
     from reuse_ray.tuning.parse import load_spec
-    from reuse_ray.tuning.selection import arm_final_points as study_points
+    from reuse_ray.tuning.selection import final_points as study_points
 
     spec = load_spec(ROOT / "sweeps" / "study.yaml", scale="small")
     same = {"params_json": '{"train.lr": 0.1}'}

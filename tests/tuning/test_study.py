@@ -522,8 +522,7 @@ def test_selection_at_matched_uplink_reads_each_run_at_the_level_in_both_ledgers
     level (an early round), so it is chosen there too; a stopped run's reading counts where
     it was taken before the stop; a level no configuration was read at is unable, with why."""
     from reuse_ray.tuning.record import choices_record
-    from reuse_ray.tuning.selection import arm_final_points as final_points
-    from reuse_ray.tuning.selection import final_labels, select_levels
+    from reuse_ray.tuning.selection import final_labels, final_points, select_levels
 
     spec = dataclasses.replace(_one_seed(parse_experiment(_raw())), uplink_levels=(0.1, 0.5))
     rows = [  # arm, status, val_acc at T, saving, params
