@@ -1,0 +1,27 @@
+"""Trials packed on one device (benchmarks/gpu_throughput.py's dry run on the CPU): two trials
+sharing the CPUs a trial had alone give every trial the same bits as running alone."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = [pytest.mark.ray, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_packed_trials_are_bit_identical_to_trials_run_alone():
+    out = subprocess.run(
+        [sys.executable, "benchmarks/gpu_throughput.py", "--device", "cpu",
+         "--per-device", "1,2", "--trials", "2", "--rounds", "2"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr[-2000:]
+    rows = [ln for ln in out.stdout.splitlines() if ln.startswith("| ")]
+    assert len(rows) == 3, out.stdout  # the header and one row per packing
+    for row in rows[1:]:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        assert cells[1] == "2" and cells[5] == "2 of 2", row  # both finished, both identical
