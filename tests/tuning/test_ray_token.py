@@ -78,7 +78,13 @@ def test_the_token_walk_through_with_a_joined_worker(tmp_path):
         # agent would replace the job's working-dir package under the running job
         joined = _ray(dict(env, RAY_TMPDIR=temp2), *worker)
         assert joined.returncode == 0, joined.stdout + joined.stderr
-        status = _ray(env, "status", "--address", f"127.0.0.1:{port}")
+        # `ray status` reads the autoscaler's view, refreshed every few seconds: a node that has
+        # just joined may be missing from the first reading
+        for _ in range(30):
+            status = _ray(env, "status", "--address", f"127.0.0.1:{port}")
+            if status.returncode != 0 or "joined" in status.stdout:
+                break
+            subprocess.run(["sleep", "2"])
         assert status.returncode == 0 and "joined" in status.stdout, status.stdout + status.stderr
 
         root = tmp_path / "shared"
