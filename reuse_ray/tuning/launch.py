@@ -365,21 +365,6 @@ def _kept(spec: WorkloadSpec, point: dict[str, Any]) -> bool:
     return kept_run(spec.run_config(params), "final", label) is not None
 
 
-def final_points(
-    configs: list[tuple[str, dict[str, Any]]], seeds, compare: tuple[dict[str, Any], ...] = ()
-) -> list[dict[str, Any]]:
-    """The final stage's runs of a sweep or a study's workload, seed by seed: every
-    ``(label, configuration)`` on a seed before the next seed (a stage cut short has each
-    label on the same seeds, paired), then the unsearched ``compare`` references (with their
-    labels) on the seeds they name (a reference's ``seeds``, else every seed)."""
-    points = [dict(params, seed=s, label=label) for s in seeds for label, params in configs]
-    for s in seeds:
-        for ref in compare:
-            if s in ref.get("seeds", seeds):
-                points.append(dict({k: v for k, v in ref.items() if k != "seeds"}, seed=s))
-    return points
-
-
 def _is_variant_generator(alg) -> bool:
     from ray.tune.search.basic_variant import BasicVariantGenerator
 

@@ -34,7 +34,6 @@ from typing import Any
 
 import pandas as pd
 
-from .launch import final_points as launch_points
 from .reeval import PENALTY, reruns, seed_mean
 from .spec import ExperimentSpec, WorkloadSpec, level_name
 
@@ -378,9 +377,9 @@ def _order(spec: ExperimentSpec, chosen: dict) -> list[str]:
 
 
 def final_points(spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-    """The final stage's runs (:func:`.launch.final_points`): every chosen configuration once,
-    under the label of :func:`final_labels`, then the references — the unsearched arms that
-    are not ablations — on the seeds they name (a long sweep finishes its answer first)."""
+    """The final stage's runs, seed by seed: every chosen configuration once, under the label
+    of :func:`final_labels` (a stage cut short has each label on the same seeds, paired), then
+    the references — the unsearched arms that are not ablations — on the seeds they name."""
     configs, labels = [], final_labels(spec, chosen)
     for arm in _order(spec, chosen):
         seen: set[str] = set()
@@ -388,4 +387,10 @@ def final_points(spec: ExperimentSpec, chosen: dict[str, dict[str, Any]]) -> lis
             if row["params_json"] not in seen:
                 seen.add(row["params_json"])
                 configs.append((labels[(arm, objective)], json.loads(row["params_json"])))
-    return launch_points(configs, spec.final_seeds, spec.compare)
+    seeds = spec.final_seeds
+    points = [dict(params, seed=s, label=label) for s in seeds for label, params in configs]
+    for s in seeds:
+        for ref in spec.compare:
+            if s in ref.get("seeds", seeds):
+                points.append(dict({k: v for k, v in ref.items() if k != "seeds"}, seed=s))
+    return points
