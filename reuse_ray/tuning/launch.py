@@ -46,62 +46,6 @@ def derive_concurrency(spec: WorkloadSpec, resources: dict[str, float]) -> int:
     return n
 
 
-def launch(
-    spec: WorkloadSpec,
-    stage: str,
-    *,
-    param_space: Any,
-    concurrency: int,
-    resume: bool,
-    search_alg: Any = None,
-    metric: Any = None,
-    mode: Any = None,
-    num_samples: int = 1,
-    scheduler: Any = None,
-    stop: Any = None,
-    reference: float | None = None,
-    say=print,
-    verbose: int = 0,
-    total: int | str | None = None,
-    mlflow: str | None = None,
-):
-    """Run (or, with ``resume``, restore and finish) the Tune experiment ``<name>-<stage>``:
-    ``num_samples`` trials over ``param_space`` (a searcher's, or a grid of points), at most
-    ``concurrency`` at once, each reporting to the console as ``stage`` (of ``total``)."""
-    from ray import tune
-
-    from .console import ConsoleReporter, hide_tune_restore_hints, quiet_tune
-    from .interrupt import InterruptWatch
-
-    if verbose < 1:
-        quiet_tune()
-    hide_tune_restore_hints()
-
-    storage, fs = tune_storage(spec.results_dir)
-    name = f"{spec.name}-{stage}"
-    trainable = _trainable(spec, stage, reference, verbose, mlflow)
-    path = f"{storage}/{name}"
-    if resume and tune.Tuner.can_restore(path, storage_filesystem=fs):
-        tuner = _restore(spec, path, name, trainable, fs)
-    else:
-        tune_config = _tune_config(
-            spec, stage, search_alg, scheduler, num_samples, metric, mode, concurrency
-        )
-        callbacks = [
-            ConsoleReporter(say, stage, total or num_samples, _stopper(scheduler, stop)),
-            InterruptWatch(name),
-            *tune_loggers(),
-        ]
-        run_config = _run_config(spec, name, storage, fs, verbose, callbacks, stop)
-        tuner = tune.Tuner(
-            trainable, param_space=param_space, tune_config=tune_config, run_config=run_config
-        )
-    results = _fit(tuner, spec, stage, name)
-    if resume:
-        recompute_missing(spec, stage, results, say)
-    return results
-
-
 def _trainable(spec: WorkloadSpec, stage: str, reference, verbose: int, mlflow):
     """The stage's trial class with its arguments and what each trial reserves (its driver's
     bundle and, on the Ray engine, its client workers')."""
@@ -316,7 +260,7 @@ def record_interrupted(spec: WorkloadSpec, stage: str, trial_ids: set[str]) -> i
 @dataclass(frozen=True)
 class Launcher:
     """What every stage of one sweep or study is launched with: ``launcher(spec, stage, ...)``
-    is :func:`launch` with these settings (a study's workloads each have their own spec)."""
+    launches one stage with these settings (a study's workloads each have their own spec)."""
 
     concurrency: int
     resume: bool
@@ -325,17 +269,56 @@ class Launcher:
     mlflow: str | None = None
     set_aside: tuple[str, ...] = ()  # the run ids a resume set aside as damaged
 
-    def __call__(self, spec: WorkloadSpec, stage: str, **kw):
-        return launch(
-            spec,
-            stage,
-            concurrency=self.concurrency,
-            resume=self.resume,
-            say=self.say,
-            verbose=self.verbose,
-            mlflow=self.mlflow,
-            **kw,
-        )
+    def __call__(
+        self,
+        spec: WorkloadSpec,
+        stage: str,
+        *,
+        param_space: Any,
+        search_alg: Any = None,
+        metric: Any = None,
+        mode: Any = None,
+        num_samples: int = 1,
+        scheduler: Any = None,
+        stop: Any = None,
+        reference: float | None = None,
+        total: int | str | None = None,
+    ):
+        """Run (or, resuming, restore and finish) the Tune experiment ``<name>-<stage>``:
+        ``num_samples`` trials over ``param_space`` (a searcher's, or a grid of points), at
+        most ``concurrency`` at once, each reporting to the console as ``stage`` (of
+        ``total``)."""
+        from ray import tune
+
+        from .console import ConsoleReporter, hide_tune_restore_hints, quiet_tune
+        from .interrupt import InterruptWatch
+
+        if self.verbose < 1:
+            quiet_tune()
+        hide_tune_restore_hints()
+        storage, fs = tune_storage(spec.results_dir)
+        name = f"{spec.name}-{stage}"
+        trainable = _trainable(spec, stage, reference, self.verbose, self.mlflow)
+        path = f"{storage}/{name}"
+        if self.resume and tune.Tuner.can_restore(path, storage_filesystem=fs):
+            tuner = _restore(spec, path, name, trainable, fs)
+        else:
+            tune_config = _tune_config(
+                spec, stage, search_alg, scheduler, num_samples, metric, mode, self.concurrency
+            )
+            callbacks = [
+                ConsoleReporter(self.say, stage, total or num_samples, _stopper(scheduler, stop)),
+                InterruptWatch(name),
+                *tune_loggers(),
+            ]
+            run_config = _run_config(spec, name, storage, fs, self.verbose, callbacks, stop)
+            tuner = tune.Tuner(
+                trainable, param_space=param_space, tune_config=tune_config, run_config=run_config
+            )
+        results = _fit(tuner, spec, stage, name)
+        if self.resume:
+            recompute_missing(spec, stage, results, self.say)
+        return results
 
     def final(self, spec: WorkloadSpec, points: list[dict[str, Any]]):
         """The final stage of a sweep or of a study's workload: every point (a configuration
