@@ -124,7 +124,8 @@ def readings_table(res: Results, study: dict) -> pd.DataFrame:
             rows += [{k: r[k] for k in READING_COLUMNS} for r in level_rows] + _unable_rows(
                 workload, name, round(limit / 1e6, 3), got, level_rows, "read"
             )
-    return pd.DataFrame(rows)
+    table = pd.DataFrame(rows, columns=list(READING_COLUMNS))
+    return table.assign(verdict=table["verdict"].astype(object).fillna(UNABLE))  # unable rows
 
 
 READING_COLUMNS = (
@@ -141,6 +142,7 @@ READING_COLUMNS = (
     "uplink MB",
     "Δ test acc vs the leader",
     "p (Holm)",
+    "verdict",
 )
 
 
@@ -177,6 +179,7 @@ def _reading_rows(arms: list, base: float) -> list[dict]:
         m, sd = mean_sd(ok["test_acc"])
         rounds = ok["round"].dropna().astype(int)
         mean = float(d.mean()) if len(d) else np.nan
+        lo, hi = t_ci(d) if len(d) >= MIN_CI_PAIRS else (np.nan, np.nan)
         rows.append(
             {
                 "arm": arm,
@@ -191,9 +194,59 @@ def _reading_rows(arms: list, base: float) -> list[dict]:
                 "uplink MB": round(float(ok["cum_up"].mean()) / 1e6, 3) if len(ok) else "",
                 "Δ test acc vs the leader": "" if k == 0 else paired_text(len(d), mean, *t_ci(d)),
                 "p (Holm)": "" if not np.isfinite(p) else f"{p:.3f}",
+                "verdict": LEADER if k == 0 else verdict(len(d), lo, hi, p),
             }
         )
     return rows
+
+
+LEADER = "leader"
+
+
+def verdict(pairs: int, lo: float, hi: float, p_holm: float, alpha: float = 0.05) -> str:
+    """A paired difference to a level's leader in words: ``within`` where its t 95 % interval
+    holds 0; ``behind`` (``ahead``) where the whole interval is below (above) 0 and the
+    Holm-adjusted p-value is below ``alpha`` too; ``behind before Holm`` where only the
+    interval says so (the level's several comparisons leave it undecided); with fewer than
+    ``MIN_CI_PAIRS`` pairs, no interval and no verdict."""
+    if pairs < MIN_CI_PAIRS or not (np.isfinite(lo) and np.isfinite(hi)):
+        return f"{pairs} pairs: undecided"
+    if lo <= 0 <= hi:
+        return "within"
+    side = "behind" if hi < 0 else "ahead"
+    return side if np.isfinite(p_holm) and p_holm < alpha else f"{side} before Holm"
+
+
+def verdict_lines(table: pd.DataFrame) -> list[str]:
+    """The readings table (:func:`readings_table`) in words, one line per workload and level:
+    the leader, then the arms by verdict — ``within`` its interval, ``ahead``/``behind`` (each
+    with its paired difference), ``… before Holm``, undecided and ``unable`` — so a sentence
+    that quotes a comparison quotes the interval that decides it."""
+    lines = []
+    for (workload, level), g in table.groupby(["workload", "level"], sort=False):
+        lead = g[g["verdict"].eq(LEADER)]
+        if not len(lead):
+            lines.append(f"{workload} {level}: no arm was read ({', '.join(g['arm'])} unable)")
+            continue
+        parts = [f"{workload} {level}: {lead['arm'].iloc[0]} leads ({lead['test acc'].iloc[0]})"]
+        for word in ("within", "ahead", "behind", "ahead before Holm", "behind before Holm"):
+            rows = g[g["verdict"].eq(word)]
+            if not len(rows):
+                continue
+            delta = word != "within"
+            names = [
+                r["arm"] + (f" {r['Δ test acc vs the leader']}" if delta else "")
+                for _, r in rows.iterrows()
+            ]
+            parts.append(f"{word}{' its interval' if word == 'within' else ''}: {', '.join(names)}")
+        rest = g[g["verdict"].str.endswith("undecided", na=False)]
+        if len(rest):
+            parts.append(f"undecided (too few pairs): {', '.join(rest['arm'])}")
+        unable = g[g["verdict"].eq(UNABLE)]
+        if len(unable):
+            parts.append(f"unable: {', '.join(unable['arm'])}")
+        lines.append("; ".join(parts))
+    return lines
 
 
 def _span_text(values: pd.Series) -> str:
@@ -471,9 +524,9 @@ READINGS_INTRO = (
     "over the runs `read` there; `failed`: runs that diverged or failed before it, and "
     "the mean with each at chance accuracy), the rounds and uplink read at, and the "
     "paired difference to the level's leader — the most accurate on the readings' "
-    "validation — with its t 95 % interval (from 5 pairs on) and Holm-adjusted "
-    "p-value over the level's comparisons. `unable`: no configuration of the arm was "
-    "read at the level, and why.\n"
+    "validation — with its t 95 % interval (from 5 pairs on), Holm-adjusted "
+    "p-value over the level's comparisons and the `verdict` they give. `unable`: no "
+    "configuration of the arm was read at the level, and why.\n"
 )
 SEARCH_LEVELS_INTRO = (
     "Per uplink level (a fraction of the reference arm's tuned cumulative restricted "
@@ -501,7 +554,10 @@ def sections(res: Results, study: dict, out: Path | None = None) -> list[str]:
         md = [
             "## Accuracy at matched uplink\n",
             READINGS_INTRO,
-            markdown(readings_table(res, study), digits=3),
+            markdown(table := readings_table(res, study), digits=3),
+            "\nIn words (the `verdict` column; `within`: the t interval holds 0; "
+            "`behind`/`ahead`: the interval and the Holm-adjusted p-value agree):\n",
+            *(f"- {line}" for line in verdict_lines(table)),
         ]
         if out is not None:
             from .readings_plot import readings_plot
