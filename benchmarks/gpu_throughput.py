@@ -10,11 +10,18 @@ packing runs the same trials. Before each packing the free GPU memory is checked
 times the most one trial used alone (nvidia-smi's peak over the k = 1 pass, above what was in use
 before it); a packing that would not fit is skipped with a line saying so.
 
+Then the vectorized clients (``vectorize.py``'s arms on workload W, 10 and 50 clients a round,
+each round's clients in one group): seconds of local training per round of the per-client loop,
+the vectorized step and the graphed one (``engine.vectorize_graphs``: one CUDA graph replayed a
+step), their speed-up over the loop, the GPU's busy share while each runs, and how far each
+client's update is from the loop's (relative L2).
+
 ``--device cpu`` is a dry run of the script on the CPU (digits, the client worker holding
-``cpus / k`` of the CPUs), which the test suite does not time. One table at the end:
+``cpus / k`` of the CPUs), which the test suite does not time. Two tables at the end:
 
     python benchmarks/gpu_throughput.py [--device cuda|cpu] [--per-device 1,2,4,8]
-        [--trials 8] [--rounds 4]
+        [--trials 8] [--rounds 4] [--parts packing,vector] [--vector-clients 10,50]
+        [--vector-rounds 2] [--vector-samples 57000]
 """
 
 from __future__ import annotations
@@ -125,13 +132,65 @@ def main() -> None:
     ap.add_argument("--per-device", default="1,2,4,8")
     ap.add_argument("--trials", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("--parts", default="packing,vector")
+    ap.add_argument("--vector-clients", default="10,50")
+    ap.add_argument("--vector-rounds", type=int, default=2)
+    ap.add_argument("--vector-samples", type=int, default=57000)
     args = ap.parse_args()
-    import ray
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no GPU available: CUDA is not visible to torch on this machine")
         return
+    name = torch.cuda.get_device_name(0) if args.device == "cuda" else "CPU"
+    parts = args.parts.split(",")
+    if "packing" in parts:
+        table, cpus = packing(args)
+        where = name if args.device == "cuda" else f"CPU ({cpus:g} cores)"
+        print(f"\n{where}, {args.rounds} rounds a run, torch {torch.__version__}")
+        print(markdown(table) if len(table) else "no packing ran")
+    if "vector" in parts:
+        table = vectorized(args)
+        print(f"\n{name}, vectorized clients (workload W), torch {torch.__version__}")
+        print(markdown(table))
+
+
+def vectorized(args) -> pd.DataFrame:
+    """``vectorize.py``'s arms at each ``--vector-clients`` count, the round's clients in one
+    group: a row per arm with its median seconds a round, speed-up, busy share, distance."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import vectorize
+
+    rows = []
+    for n in (int(v) for v in args.vector_clients.split(",")):
+        opts = ["--device", args.device, "--rounds", str(args.vector_rounds), "--graphs"]
+        opts += ["--per-round", str(n), "--group", str(n)]
+        opts += ["--samples", str(args.vector_samples)]
+        got = vectorize.measure(vectorize.parser().parse_args(opts), say=lambda m: None)
+        loop = got["seconds"]["loop"]
+        for arm in ("loop", "vector", "graphed"):
+            rows.append(
+                {
+                    "clients a round": n,
+                    "arm": arm,
+                    "s/round": round(got["seconds"][arm], 3),
+                    "× the loop": round(loop / got["seconds"][arm], 2),
+                    "busy % (median)": round(got["busy"][arm]) if arm in got["busy"] else "",
+                    "max rel L2 vs the loop": "" if arm == "loop" else f"{got['rel_l2'][arm]:.1e}",
+                }
+            )
+        print(rows[-2], rows[-1], flush=True)
+    return pd.DataFrame(rows)
+
+
+def packing(args) -> tuple[pd.DataFrame, float]:
+    """Runs per hour at each ``--per-device`` packing; (the table, the cluster's CPUs)."""
+    import ray
+    import torch
+
     from reuse_ray.tuning import parse_experiment, run_sweep
 
     ray.init(address="local", include_dashboard=False, log_to_driver=False)
@@ -171,10 +230,8 @@ def main() -> None:
     table = pd.DataFrame(rows)
     if len(table):
         table["× one per device"] = (table["runs/hour"] / table["runs/hour"].iloc[0]).round(2)
-    name = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU ({cpus:g} cores)"
-    print(f"\n{name}, {args.rounds} rounds a run, torch {torch.__version__}")
-    print(markdown(table) if len(table) else "no packing ran")
     ray.shutdown()
+    return table, cpus
 
 
 if __name__ == "__main__":

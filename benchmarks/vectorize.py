@@ -9,17 +9,19 @@ state, round by round, by
   loop       reuse_ray's per-client ClientUpdate (``training.local_update``), client by client
   vector     reuse_ray's vectorized ClientUpdate (``vectorized.local_update_many``), the round's
              clients in groups of ``--group`` (one batched pass over stacked parameters a step)
+  graphed    with ``--graphs``: the same at the group's fixed shape (``engine.vectorize_graphs``:
+             every row, full batches), on CUDA one captured CUDA graph replayed per step
 
 all in this one process, interleaved round by round, on ``--device`` (cpu: ``--threads``
 threads for loop and vector; cuda: AMP off, fp32 storage, TF32 as ``--tf32`` says). It
 prints the training seconds per round of each arm (median over rounds), the ratios, and the
 largest elementwise and relative (L2) difference between the loop's and the vectorized Δ; on
-CUDA also the GPU utilisation while the vectorized arm runs (``torch.cuda.utilization``,
-sampled every 0.1 s).
+CUDA also the GPU utilisation while each vectorized arm runs (``torch.cuda.utilization``,
+sampled every 0.1 s). :func:`measure` returns the same figures to ``gpu_throughput.py``.
 
     python benchmarks/vectorize.py [--device cpu|cuda] [--rounds 3] [--threads 2]
         [--group 10] [--per-round 10] [--epochs 3] [--tf32 default|on|off] [--fast-kernels]
-        [--cpu-reference] [--profile]
+        [--graphs] [--cpu-reference] [--profile]
 
 On CUDA: ``--tf32 on``/``off`` turns TF32 on or off in both convolutions and matrix products
 (``default`` leaves torch's settings, which reuse_ray keeps: on in cuDNN convolutions, off in
@@ -43,7 +45,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-def main() -> None:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--rounds", type=int, default=3)
@@ -56,7 +58,19 @@ def main() -> None:
     ap.add_argument("--fast-kernels", action="store_true")
     ap.add_argument("--cpu-reference", action="store_true")
     ap.add_argument("--profile", action="store_true")
-    args = ap.parse_args()
+    ap.add_argument("--graphs", action="store_true", help="add the graphed arm")
+    return ap
+
+
+def main() -> None:
+    measure(parser().parse_args())
+
+
+def measure(args: argparse.Namespace, say=print) -> dict:
+    """Train the arms round by round as the module says; print each round and the medians
+    (through ``say``) and return them: ``seconds`` (arm -> median s/round), ``busy`` (arm ->
+    median GPU utilisation %, CUDA only), ``rel_l2`` (arm -> the largest relative L2 distance
+    of a client's Δ from the per-client loop's)."""
     import workload_w as W
 
     from reuse_ray.participation import uniform_selection
@@ -95,7 +109,11 @@ def main() -> None:
     )
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     times: dict[str, list[float]] = {"plain-2t": [], "loop": [], "vector": []}
-    diffs, rels, util = [], [], []
+    if args.graphs:
+        times["graphed"] = []
+    diffs, rels = [], []
+    util: dict[str, list[float]] = {"vector": [], "graphed": []}
+    far: dict[str, float] = {"vector": 0.0, "graphed": 0.0}
     for t in range(1, args.rounds + 1):
         clients = uniform_selection(W.SEED, t, W.CLIENTS, args.per_round)
         if dev.type == "cpu":  # W's plain loop is CPU code: on CUDA it is not an arm
@@ -130,20 +148,33 @@ def main() -> None:
         times["loop"].append(time.perf_counter() - start)
         ordered = sorted(clients)
         requests = [TrainRequest(c, t, w0, w.parts[c], W.LR) for c in ordered]
-        sampling = threading.Event()
-        if dev.type == "cuda":
-            sampling.set()
-            threading.Thread(target=_sample, args=(util, sampling), daemon=True).start()
-        start = time.perf_counter()
-        vec = []
-        for k in range(0, len(requests), args.group):
-            vec += local_update_many(
-                model, layout, requests[k : k + args.group], train, info, device=dev, **kw
-            )
-        sync()
-        times["vector"].append(time.perf_counter() - start)
-        sampling.clear()
-        by_client = dict(zip(ordered, vec, strict=True))
+        outs = {}
+        for arm in [a for a in ("vector", "graphed") if a in times]:
+            sampling = threading.Event()
+            if dev.type == "cuda":
+                sampling.set()
+                threading.Thread(target=_sample, args=(util[arm], sampling), daemon=True).start()
+            start = time.perf_counter()
+            got = []
+            for k in range(0, len(requests), args.group):
+                got += local_update_many(
+                    model,
+                    layout,
+                    requests[k : k + args.group],
+                    train,
+                    info,
+                    device=dev,
+                    graphs=arm == "graphed",
+                    **kw,
+                )
+            sync()
+            times[arm].append(time.perf_counter() - start)
+            sampling.clear()
+            outs[arm] = dict(zip(ordered, got, strict=True))
+            for c, r in zip(clients, loop, strict=True):
+                d = float((outs[arm][c].delta - r.delta).norm() / r.delta.norm())
+                far[arm] = max(far[arm], d)
+        by_client = outs["vector"]
         if args.cpu_reference and t == 1 and dev.type == "cuda":
             ref = [
                 local_update(
@@ -183,32 +214,39 @@ def main() -> None:
         pairs = [(r.delta, by_client[c].delta) for c, r in zip(clients, loop, strict=True)]
         diffs.append(max(float((a - b).abs().max()) for a, b in pairs))
         rels.append(max(float((a - b).norm() / a.norm()) for a, b in pairs))
-        print(
+        say(
             f"round {t}: "
             + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v)
-            + f", max |dDelta| {diffs[-1]:.2e}, max rel L2 {rels[-1]:.2e}",
-            flush=True,
+            + f", max |dDelta| {diffs[-1]:.2e}, max rel L2 {rels[-1]:.2e}"
         )
     med = {k: statistics.median(v) for k, v in times.items() if v}
-    print(
+    say(
         f"\ndevice {args.device}, threads {args.threads}, {args.per_round} clients a round, "
         f"groups of {args.group}, {args.rounds} rounds (median s/round of training):"
     )
     for k, v in med.items():
-        print(f"  {k:9s} {v:7.2f} s")
-    print(
+        say(f"  {k:9s} {v:7.2f} s")
+    say(
         f"  vector / loop     {med['vector'] / med['loop']:.3f}  "
         f"(speed-up {med['loop'] / med['vector']:.2f}x)"
     )
     if "plain-2t" in med:
-        print(f"  vector / plain-2t {med['vector'] / med['plain-2t']:.3f}")
-        print(f"  loop / plain-2t   {med['loop'] / med['plain-2t']:.3f}")
-    print(
+        say(f"  vector / plain-2t {med['vector'] / med['plain-2t']:.3f}")
+        say(f"  loop / plain-2t   {med['loop'] / med['plain-2t']:.3f}")
+    say(
         f"  max |Delta_loop - Delta_vector| over all clients: {max(diffs):.2e}, "
         f"max ||Delta_loop - Delta_vector|| / ||Delta_loop||: {max(rels):.2e}"
     )
-    if util:
-        print(f"  GPU utilisation while vectorized: median {statistics.median(util):.0f} %")
+    if "graphed" in med:
+        say(
+            f"  graphed / loop    {med['graphed'] / med['loop']:.3f}  "
+            f"(speed-up {med['loop'] / med['graphed']:.2f}x), max rel L2 from the loop "
+            f"{far['graphed']:.2e}"
+        )
+    busy = {arm: statistics.median(v) for arm, v in util.items() if v}
+    for arm, v in busy.items():
+        say(f"  GPU utilisation while {arm}: median {v:.0f} %")
+    return {"seconds": med, "busy": busy, "rel_l2": far}
 
 
 def _sample(out: list, running: threading.Event) -> None:

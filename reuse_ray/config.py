@@ -296,6 +296,11 @@ class EngineConfig:
     # run id; both engines form the same groups and give identical results
     vectorize: bool = False
     vectorize_group: int = 16  # vectorize: at most this many clients trained as one stacked batch
+    # vectorize: every step at the group's full shape (all its clients, full batches; a client
+    # without steps left is masked), so a step is one fixed computation: on CUDA captured once
+    # a group as a CUDA graph and replayed, without per-kernel launches from Python; elsewhere
+    # run as it is. It rounds differently from the unpadded step, so such a run has its own id
+    vectorize_graphs: bool = False
     # keep convolution weights and activations channels-last (NHWC): oneDNN's CPU kernels and
     # GPU tensor cores are faster on it. The convolutions round differently from the default
     # channels-first layout, so such a run has its own run id; each layout is deterministic
@@ -312,6 +317,11 @@ class EngineConfig:
                 "applies to the per-client loop; allowed with engine.vectorize: false only",
             )
         check_range("vectorize_group", self.vectorize_group, 1)
+        if self.vectorize_graphs and not self.vectorize:
+            raise ConfigError(
+                "vectorize_graphs",
+                "applies to vectorized clients; allowed with engine.vectorize: true only",
+            )
         check_range("num_workers", self.num_workers, 0)
         check_range("cpu_per_worker", self.cpu_per_worker, 0.0, lo_open=True)
         check_range("gpu_fraction", self.gpu_fraction, 0.0, 1.0, lo_open=True)
@@ -355,6 +365,8 @@ class RunConfig:
             payload.pop("fl.uplink_levels", None)
         if self.engine.vectorize:
             payload["engine.vectorize_group"] = self.engine.vectorize_group
+        if self.engine.vectorize_graphs:
+            payload["engine.vectorize_graphs"] = True
         if self.engine.channels_last:
             payload["engine.channels_last"] = True
         digest = hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
@@ -362,8 +374,9 @@ class RunConfig:
 
 
 def _is_non_identity(key: str) -> bool:
-    """Keys that do not change a run's numbers. ``engine.vectorize`` and
-    ``engine.channels_last`` do (rounding): :meth:`RunConfig.run_id` keeps them when on."""
+    """Keys that do not change a run's numbers. ``engine.vectorize``,
+    ``engine.vectorize_graphs`` and ``engine.channels_last`` do (rounding):
+    :meth:`RunConfig.run_id` keeps them when on."""
     return key == "results_dir" or key.startswith("engine.") or key == "data.root"
 
 

@@ -115,8 +115,15 @@ def local_update_many(
     weight_decay: float,
     augment: str = "none",
     device: torch.device | str = "cpu",
+    graphs: bool = False,
 ) -> list[LocalResult]:
-    """ClientUpdate (methods: Conventions) of every request at once; results in request order."""
+    """ClientUpdate (methods: Conventions) of every request at once; results in request order.
+
+    ``graphs`` (``engine.vectorize_graphs``): every step at the group's full shape — every
+    client's row (a client without steps left masked) and a full batch (padding weighs 0) —
+    so one step is one fixed computation (:class:`_FixedStep`): on CUDA captured once as a
+    CUDA graph and replayed each step, without a kernel launch from Python; elsewhere run as
+    it is."""
     check_vectorizable(model)
     device = torch.device(device)
     _move(model, device)
@@ -141,6 +148,16 @@ def local_update_many(
     # non-finite loss keeps the sum non-finite, which is how the per-client loop's check reads
     total = torch.zeros(C, dtype=torch.float64, device=device)
     max_steps = streams[0].steps if streams else 0
+    if graphs:
+        fixed = _FixedStep(forward, update, P, total, batch_size, device)
+        A = C
+        for step in range(max_steps):
+            while streams[A - 1].steps <= step:
+                A -= 1
+            batches = [streams[c].batch(step) for c in range(A)]
+            aug = [streams[c].aug for c in range(A)]
+            fixed(A, *_step_batch(batches, aug, data, info, augment, device))
+        return _results(layout, requests, streams, order, P, total)
     A = C
     for step in range(max_steps):
         # only the clients with steps left are computed: the stack's first A rows
@@ -254,6 +271,98 @@ class _Update:
             else:
                 self.P[n][:A] = new
         return lv
+
+    def fixed(self, params, grads, losses, active: torch.Tensor) -> torch.Tensor:
+        """The same update on every row of the stack in place (:class:`_FixedStep`), kept
+        only where ``active``; zero momentum buffers make the first step's buffer the
+        gradient."""
+        C, anchors, mu = self.C, self.anchors, self.mu
+        lv = losses.detach().double()
+        if anchors is not None:
+            sq = sum((params[n] - anchors[n]).square().flatten(1).sum(1) for n in self.names)
+            lv = lv + (mu.double() / 2) * sq.double()
+        for n in self.names:
+            p, g = params[n], grads[n]
+            if g is None:
+                continue
+            if anchors is not None:
+                g = g + self.bcast(mu, g, C) * (p - anchors[n])
+            if self.corrections is not None:
+                g = g + self.corrections[n]
+            if self.weight_decay != 0:
+                g = g.add(p, alpha=self.weight_decay)
+            keep = self.bcast(active, p, C)
+            if self.momentum != 0:
+                m = self.M[n].mul(self.momentum).add(g)
+                self.M[n].copy_(torch.where(keep, m, self.M[n]))
+                g = m
+            p.copy_(torch.where(keep, p - self.bcast(self.lr, g, C) * g, p))
+        return lv
+
+
+class _FixedStep:
+    """A step of :func:`local_update_many` at one fixed shape: all ``C`` rows of the stack and
+    batches of ``width`` samples, in buffers the step's inputs are copied into. The rows of
+    clients without steps left are computed and discarded (``active`` false: their parameters,
+    momentum and summed loss are kept by a select, exactly); a short batch's padding weighs 0,
+    as in the unpadded step. Momentum starts from zero buffers, so the first step's buffer is
+    the gradient, as the per-client loop's. On CUDA the step is captured once as a CUDA graph
+    (after a warm-up with no row active, which changes nothing) and replayed."""
+
+    def __init__(self, forward, update: _Update, P, total, width: int, device: torch.device):
+        self.forward, self.update, self.P, self.total = forward, update, P, total
+        self.width, self.device = width, device
+        self.C = update.C
+        for p in P.values():
+            p.requires_grad_(True)  # the stack is the step's leaf: updated in place
+        self.active = torch.zeros(self.C, dtype=torch.bool, device=device)
+        self.counts = torch.ones(self.C, device=device)
+        self.weight = torch.zeros(self.C, width, device=device)
+        self.x: torch.Tensor | None = None
+        self.graph = None
+
+    def __call__(self, A: int, x, y, weight, counts) -> None:
+        if self.x is None:  # the buffers take the first batch's sample shape and dtypes
+            self.x = x.new_zeros((self.C, self.width, *x.shape[2:]))
+            self.y = y.new_zeros((self.C, self.width))
+        w = x.shape[1]
+        self.x[:A, :w].copy_(x)
+        self.y[:A, :w].copy_(y)
+        self.weight.zero_()
+        self.weight[:A, :w].copy_(weight)
+        self.counts.fill_(1.0)
+        self.counts[:A].copy_(counts)
+        self.active.zero_()
+        self.active[:A] = True
+        if self.device.type != "cuda":
+            self._step()
+            return
+        if self.graph is None:
+            self._capture(A)
+        self.graph.replay()
+
+    def _capture(self, A: int) -> None:
+        active = self.active.clone()
+        self.active.zero_()  # the warm-up and the capture change nothing
+        side = torch.cuda.Stream(self.device)
+        side.wait_stream(torch.cuda.current_stream(self.device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                self._step()
+        torch.cuda.current_stream(self.device).wait_stream(side)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph):
+            self._step()
+        self.active.copy_(active)
+
+    def _step(self) -> None:
+        params = self.P
+        losses, grads = _losses_and_grads(
+            self.forward, params, self.x, self.y, self.weight, self.counts
+        )
+        with torch.no_grad():
+            lv = self.update.fixed(params, grads, losses, self.active)
+            self.total.copy_(torch.where(self.active, self.total + lv, self.total))
 
 
 def _results(layout, requests, streams, order, P, total) -> list[LocalResult]:

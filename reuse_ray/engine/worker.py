@@ -245,6 +245,7 @@ class ClientWorker:
                 weight_decay=tc.weight_decay,
                 augment=s.augment,
                 device=self.device,
+                graphs=s.cfg.engine.vectorize_graphs,
             )
 
 

@@ -35,10 +35,12 @@ def _vec(cfg, **engine):
     )
 
 
+@pytest.mark.parametrize("graphs", [False, True])
 @pytest.mark.parametrize("forward", ["stacked", "vmap"])
 @pytest.mark.parametrize("augment", ["none", "crop_flip"])
-def test_vectorized_local_update_matches_the_per_client_loop(augment, forward):
-    """Both batched forwards: the model's own stacked one and the generic vmap of forward."""
+def test_vectorized_local_update_matches_the_per_client_loop(augment, forward, graphs):
+    """Both batched forwards: the model's own stacked one and the generic vmap of forward; the
+    step at the group's fixed shape (``graphs``: every row, full batches) as well."""
     data = load_dataset(DataConfig(name="digits"))
     model = init_model("cnn", data.info.shape, data.info.num_classes, seed=3, hidden=32)
     if forward == "vmap":
@@ -58,7 +60,7 @@ def test_vectorized_local_update_matches_the_per_client_loop(augment, forward):
     corrections = [None, None, corr, None]
     kw = dict(seed=11, epochs=2, batch_size=16, momentum=0.9, weight_decay=1e-3, augment=augment)
     requests = [TrainRequest(c, 4, ws[c], idx[c], lrs[c], mus[c], corrections[c]) for c in range(4)]
-    vec = local_update_many(model, layout, requests, data.train, data.info, **kw)
+    vec = local_update_many(model, layout, requests, data.train, data.info, graphs=graphs, **kw)
     for c in range(4):
         ref = local_update(
             model,
@@ -180,7 +182,27 @@ def test_vectorize_group_must_be_positive():
         EngineConfig(vectorize=True, vectorize_group=0)
 
 
-def test_a_diverging_client_is_flagged_alone():
+def test_the_fixed_shape_step_is_a_run_of_its_own_close_to_the_unpadded_one(tmp_path):
+    """``engine.vectorize_graphs`` (on the CPU: the fixed-shape step run as it is): its own run
+    id, the same decisions and steps, losses within the vectorized tolerance; refused without
+    ``engine.vectorize``."""
+    vec = _vec(small_config(tmp_path / "vec"), vectorize_group=3)
+    fixed = _vec(small_config(tmp_path / "fixed"), vectorize_group=3, vectorize_graphs=True)
+    assert fixed.run_id != vec.run_id
+    assert run_fl(vec).status == run_fl(fixed).status == "finished"
+    a, b = (
+        read_table(c.results_dir, "client_events").sort_values(["round", "client_id"])
+        for c in (vec, fixed)
+    )
+    assert a["local_steps"].tolist() == b["local_steps"].tolist()
+    np.testing.assert_allclose(b["train_loss"], a["train_loss"], rtol=1e-4)
+    np.testing.assert_allclose(b["update_norm"], a["update_norm"], rtol=1e-4)
+    with pytest.raises(UserError, match="vectorize_graphs.*engine.vectorize: true only"):
+        EngineConfig(vectorize_graphs=True)
+
+
+@pytest.mark.parametrize("graphs", [False, True])
+def test_a_diverging_client_is_flagged_alone(graphs):
     data = load_dataset(DataConfig(name="digits"))
     model = init_model("cnn", data.info.shape, data.info.num_classes, seed=3, hidden=32)
     layout = StateLayout.from_model(model)
@@ -200,6 +222,7 @@ def test_a_diverging_client_is_flagged_alone():
         batch_size=16,
         momentum=0.9,
         weight_decay=0.0,
+        graphs=graphs,
     )
     ref = local_update(
         model,
