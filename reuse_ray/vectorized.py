@@ -149,33 +149,35 @@ def local_update_many(
     total = torch.zeros(C, dtype=torch.float64, device=device)
     max_steps = streams[0].steps if streams else 0
     if graphs:
-        fixed = _FixedStep(forward, update, P, total, batch_size, device)
-        A = C
-        for step in range(max_steps):
-            while streams[A - 1].steps <= step:
-                A -= 1
-            batches = [streams[c].batch(step) for c in range(A)]
-            aug = [streams[c].aug for c in range(A)]
-            fixed(A, *_step_batch(batches, aug, data, info, augment, device))
-        return _results(layout, requests, streams, order, P, total)
+        train_step = _FixedStep(forward, update, P, total, batch_size, device)
+    else:
+        train_step = _unpadded_step(forward, update, P, total, names)
     A = C
     for step in range(max_steps):
-        # only the clients with steps left are computed: the stack's first A rows
+        # only the clients with steps left train: the stack's first A rows
         while streams[A - 1].steps <= step:
             A -= 1
         batches = [streams[c].batch(step) for c in range(A)]
-        x, y, weight, counts = _step_batch(
-            batches, [streams[c].aug for c in range(A)], data, info, augment, device
-        )
+        aug = [streams[c].aug for c in range(A)]
+        train_step(step, A, *_step_batch(batches, aug, data, info, augment, device))
+    return _results(layout, requests, streams, order, P, total)
+
+
+def _unpadded_step(forward, update: _Update, P, total, names):
+    """A step on the views of the stack's first ``A`` rows, each batch as wide as the step's
+    widest: the parameters are fresh leaves of the step, updated by :class:`_Update`."""
+
+    def train_step(step: int, A: int, x, y, weight, counts) -> None:
         params = {n: update.take(P[n], A).detach().requires_grad_(True) for n in names}
         losses, grads = _losses_and_grads(forward, params, x, y, weight, counts)
         with torch.no_grad():
             lv = update(step, A, {n: p.detach() for n, p in params.items()}, grads, losses)
-            if A == C:
-                total += lv
+            if A == update.C:
+                total.add_(lv)
             else:
                 total[:A] += lv
-    return _results(layout, requests, streams, order, P, total)
+
+    return train_step
 
 
 def _stack(requests, layout, device) -> tuple[dict, dict, dict | None]:
@@ -321,7 +323,7 @@ class _FixedStep:
         self.x: torch.Tensor | None = None
         self.graph = None
 
-    def __call__(self, A: int, x, y, weight, counts) -> None:
+    def __call__(self, step: int, A: int, x, y, weight, counts) -> None:
         if self.x is None:  # the buffers take the first batch's sample shape and dtypes
             self.x = x.new_zeros((self.C, self.width, *x.shape[2:]))
             self.y = y.new_zeros((self.C, self.width))
