@@ -171,6 +171,13 @@ def vectorized(args) -> pd.DataFrame:
         opts += ["--samples", str(args.vector_samples)]
         got = vectorize.measure(vectorize.parser().parse_args(opts), say=lambda m: None)
         loop = got["seconds"]["loop"]
+        graph = (
+            ""
+            if args.device != "cuda"
+            else ("no: " + got["no_graph"][0])
+            if got["no_graph"]
+            else "yes"
+        )
         for arm in ("loop", "vector", "graphed"):
             rows.append(
                 {
@@ -180,6 +187,7 @@ def vectorized(args) -> pd.DataFrame:
                     "× the loop": round(loop / got["seconds"][arm], 2),
                     "busy % (median)": round(got["busy"][arm]) if arm in got["busy"] else "",
                     "max rel L2 vs the loop": "" if arm == "loop" else f"{got['rel_l2'][arm]:.1e}",
+                    "CUDA graph": graph if arm == "graphed" else "",
                 }
             )
         print(rows[-2], rows[-1], flush=True)

@@ -70,7 +70,20 @@ def measure(args: argparse.Namespace, say=print) -> dict:
     """Train the arms round by round as the module says; print each round and the medians
     (through ``say``) and return them: ``seconds`` (arm -> median s/round), ``busy`` (arm ->
     median GPU utilisation %, CUDA only), ``rel_l2`` (arm -> the largest relative L2 distance
-    of a client's Δ from the per-client loop's)."""
+    of a client's Δ from the per-client loop's), ``no_graph`` (why a CUDA graph could not be
+    captured, where it could not: the graphed arm then ran without one)."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = _measure(args, say)
+    no_graph = sorted({str(w.message) for w in caught if "vectorize_graphs" in str(w.message)})
+    for line in no_graph:
+        say(f"  {line}")
+    return dict(out, no_graph=no_graph)
+
+
+def _measure(args: argparse.Namespace, say) -> dict:
     import workload_w as W
 
     from reuse_ray.participation import uniform_selection

@@ -340,22 +340,35 @@ class _FixedStep:
             self._step()
             return
         if self.graph is None:
-            self._capture(A)
-        self.graph.replay()
+            self.graph = self._capture()
+        if self.graph is False:  # the capture failed: the same step, launched from Python
+            self._step()
+        else:
+            self.graph.replay()
 
-    def _capture(self, A: int) -> None:
+    def _capture(self):
+        """The step as a CUDA graph, or False where capturing it failed (a warning says why;
+        the step then runs as it is, with the same kernels and numbers)."""
         active = self.active.clone()
         self.active.zero_()  # the warm-up and the capture change nothing
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(2):
+        try:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                for _ in range(2):
+                    self._step()
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
                 self._step()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        self.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.graph):
-            self._step()
+        except RuntimeError as err:
+            import warnings
+
+            first = str(err).splitlines()[0] if str(err) else type(err).__name__
+            warnings.warn(f"engine.vectorize_graphs: no CUDA graph ({first})", stacklevel=2)
+            graph = False
         self.active.copy_(active)
+        return graph
 
     def _step(self) -> None:
         params = self.P
