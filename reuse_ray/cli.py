@@ -191,6 +191,20 @@ def cmd_fetch(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_compact(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from analysis.tables import markdown
+
+    from .results.compact import compact
+    from .results.storage import display
+
+    report = compact(args.src, args.dst, say=_print)
+    _print(markdown(pd.DataFrame(report), digits=2))
+    _print(f"compacted: {display(args.dst)} (reuse-ray report {display(args.dst)} reads it)")
+    return 0
+
+
 def _shutdown_ray() -> None:
     if "ray" in sys.modules:
         import ray
@@ -231,7 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks of user errors too")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_run_parser, _sweep_parser, _report_parser, _fetch_parser):
+    for add in (_run_parser, _sweep_parser, _report_parser, _fetch_parser, _compact_parser):
         parser = add(sub)
         # --debug after the subcommand too (reuse-ray run … --debug)
         parser.add_argument(
@@ -332,6 +346,18 @@ def _fetch_parser(sub) -> argparse.ArgumentParser:
     )
     f.set_defaults(func=cmd_fetch)
     return f
+
+
+def _compact_parser(sub) -> argparse.ArgumentParser:
+    c = sub.add_parser(
+        "compact",
+        help="copy a results folder to share or ship it: each run table in one file per "
+        "method (the same rows, a fraction of the bytes); the folder itself is left as it is",
+    )
+    c.add_argument("src", help="the results folder (a path or a URI)")
+    c.add_argument("dst", help="a new or empty folder (a path or a URI)")
+    c.set_defaults(func=cmd_compact)
+    return c
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -65,6 +65,10 @@ PLAN: dict[str, tuple[str, str]] = {
     "reuse-ray report $REUSE_RAY_RESULTS/sweeps/quickstart": ("run", ""),
     "reuse-ray report ~/reuse_ray_results/sweeps/quickstart": ("run", ""),
     "reuse-ray report RESULTS --leaderboard": ("run", ""),
+    "reuse-ray compact RESULTS SHARED": (
+        "covered",
+        "tests/results/test_compact.py::test_every_table_reads_back_the_same_from_one_file_per_method",
+    ),
     "reuse-ray report results/paper_fashionmnist": ("run", ""),
     'reuse-ray report results/paper_fashionmnist --round 90 --reference "fedavg [selected-0]" '
     "--target 0.9": ("run", ""),

@@ -56,6 +56,13 @@ def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
     writing read too: a file that disappears between the listing and the read (a run restarted
     from round 1 clears its unfinished attempt's files) is not corrupt, and the table is listed
     and read again."""
+    got = read_arrow_if_any(location, table)
+    return None if got is None else got.to_pandas()
+
+
+def read_arrow_if_any(location: str | Path, table: str) -> pa.Table | None:
+    """:func:`read_table_if_any` as an Arrow table: every file's columns in one schema (the
+    method partition a column), the types as written."""
     if table not in SCHEMAS:
         raise ValueError(f"unknown table {table!r}; allowed: {', '.join(SCHEMAS)}")
     for _ in range(4):
@@ -66,7 +73,7 @@ def read_table_if_any(location: str | Path, table: str) -> pd.DataFrame | None:
     return _read_once(location, table, live=False)
 
 
-def _read_once(location: str | Path, table: str, live: bool = True) -> pd.DataFrame | None:
+def _read_once(location: str | Path, table: str, live: bool = True) -> pa.Table | None:
     """One listing of ``table``'s files and one read of them (``live``: a file gone since the
     listing raises :class:`_Vanished` instead of being named as corrupt)."""
     store = Storage.of(location)
@@ -108,7 +115,7 @@ def _read_once(location: str | Path, table: str, live: bool = True) -> pd.DataFr
             partitioning=partitioning,
             partition_base_dir=base,
         )
-        return dataset.to_table().to_pandas()
+        return dataset.to_table()
     except (pa.ArrowException, OSError) as err:  # a file gone, or whose footer reads but not data
         for path in files:
             try:

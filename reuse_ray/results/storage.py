@@ -145,9 +145,10 @@ class Storage:
         if self.fs.type_name in RENAMING:  # object stores have no folders to make
             self.fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
 
-    def write_parquet(self, rel: str, table: pa.Table) -> None:
-        """Write a Parquet file so that no reader ever sees half of it (see the module doc)."""
-        self._write(rel, lambda out: pq.write_table(table, out))
+    def write_parquet(self, rel: str, table: pa.Table, **options) -> None:
+        """Write a Parquet file so that no reader ever sees half of it (see the module doc);
+        ``options`` go to ``pyarrow.parquet.write_table`` (e.g. its compression)."""
+        self._write(rel, lambda out: pq.write_table(table, out, **options))
 
     def write_bytes(self, rel: str, data: bytes) -> None:
         self._write(rel, lambda out: out.write(data))

@@ -1,0 +1,97 @@
+"""``reuse-ray compact RESULTS SHARED``: every table reads back with the same rows, columns and
+types from one file per method, a diverged run's NaN included; the record and the trials tables are
+copied; the source is left as it was; a folder in the way or no results is one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pandas as pd
+import pytest
+from conftest import small_config
+
+from reuse_ray.cli import main
+from reuse_ray.results import read_table
+from reuse_ray.results.schema import RUN_TABLES
+from reuse_ray.runner import run_fl
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    root = tmp_path_factory.mktemp("src")
+    runs = [
+        small_config(root, seed=1),
+        small_config(root, seed=2),
+        small_config(root, seed=3, method__name="dg_fedreuse"),
+        small_config(root, seed=4, train__lr=1e30),  # diverges: NaN losses in its rows
+        small_config(root, seed=5, fl__uplink_levels=[0.5]),  # a levels table
+    ]
+    for cfg in runs:
+        run_fl(cfg)
+    src = root / "results"
+    (src / "study.json").write_text(json.dumps({"name": "tiny"}))
+    (src / "trials").mkdir()
+    pd.DataFrame({"x": [1]}).to_parquet(src / "trials" / "tiny.parquet")
+    assert (src / "tensorboard").is_dir()  # each run's logs: left out
+    return src
+
+
+def _files(folder) -> dict[str, int]:
+    return {
+        str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()
+    }
+
+
+def _sorted(df: pd.DataFrame) -> pd.DataFrame:
+    keys = [c for c in ("run_id", "round", "client_id", "level", "ledger") if c in df]
+    return df.sort_values(keys).reset_index(drop=True)
+
+
+def test_every_table_reads_back_the_same_from_one_file_per_method(results, tmp_path, capsys):
+    before = _files(results)
+    dst = tmp_path / "shipped"
+    assert main(["compact", str(results), str(dst)]) == 0
+    out = capsys.readouterr().out
+    assert "left out: tensorboard" in out and "| runs | 5 | 5 |" in out
+    assert _files(results) == before  # the source is untouched
+    runs = read_table(results, "runs")
+    assert runs["final_val_loss"].isna().any()  # the diverged run's NaN is compared too
+    for table in RUN_TABLES:
+        a, b = read_table(results, table), read_table(dst, table)
+        pd.testing.assert_frame_equal(_sorted(a), _sorted(b))
+        methods = sorted(a["method"].unique())
+        files = sorted(p.parent.name for p in (dst / table).rglob("*.parquet"))
+        assert files == [f"method={m}" for m in methods], table  # one file per method
+    assert (dst / "study.json").read_text() == (results / "study.json").read_text()
+    assert (dst / "trials" / "tiny.parquet").read_bytes() == (
+        results / "trials" / "tiny.parquet"
+    ).read_bytes()
+    assert not (dst / "tensorboard").exists()
+
+
+def test_a_folder_in_the_way_or_no_results_is_one_line(results, tmp_path, capsys):
+    taken = tmp_path / "taken"
+    taken.mkdir()
+    (taken / "mine.txt").write_text("keep me")
+    assert main(["compact", str(results), str(taken)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is not empty" in err and "Traceback" not in err
+    assert os.listdir(taken) == ["mine.txt"]
+    assert main(["compact", str(tmp_path / "nothing"), str(tmp_path / "out")]) == 2
+    assert "is not a results folder" in capsys.readouterr().err
+
+
+def test_the_read_back_check_tells_a_changed_row_from_a_nan():
+    import math
+
+    import pyarrow as pa
+
+    from reuse_ray.errors import UserError
+    from reuse_ray.results.compact import _same
+
+    a = pa.table({"run_id": ["a", "b"], "loss": [0.5, math.nan]})
+    _same(a, pa.table({"run_id": ["b", "a"], "loss": [math.nan, 0.5]}), "runs")  # order free
+    for other in ([0.5, 0.25], [0.75, math.nan]):
+        with pytest.raises(UserError, match="did not read back the same"):
+            _same(a, pa.table({"run_id": ["a", "b"], "loss": other}), "runs")
