@@ -9,8 +9,9 @@ every table of the folder reads back with the same rows, columns and types
 (:func:`~reuse_ray.results.reader.read_table` and ``analysis`` read it as they read the
 original; checked before :func:`compact` returns). ``study.json`` and the trials tables are
 copied as they are; Tune's state, TensorBoard logs and the report are left out (``reuse-ray
-report`` writes the report again). A compacted folder is for reading: its runs are not files a
-``--resume`` could continue.
+report`` writes the report again). A compacted folder is for reading, marked so
+(``compacted.json``): a run, ``--resume`` or ``--final`` refuses to write into it
+(:meth:`.storage.Storage.check_writable`).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from .schema import PARTITION_COLUMN, RUN_TABLES
 from .storage import Storage, display
 
 LEFT_OUT = ("_tune", "tensorboard", "report")
+COMPACTED = "compacted.json"  # a compacted copy's mark: where from, when; nothing writes there
 
 
 def compact(src: str | Path, dst: str | Path, say=print) -> list[dict]:
@@ -39,6 +41,11 @@ def compact(src: str | Path, dst: str | Path, say=print) -> list[dict]:
             f"compact: {display(dst)} is not empty; allowed: a new or empty folder (nothing "
             "there is overwritten)"
         )
+    import datetime as dt
+    import json
+
+    marker = {"source": display(src), "compacted_at": dt.datetime.now(dt.timezone.utc).isoformat()}
+    target.write_bytes(COMPACTED, json.dumps(marker).encode())  # first: the folder is claimed
     report = []
     for table in RUN_TABLES:
         rows = read_arrow_if_any(src, table)

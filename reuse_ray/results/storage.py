@@ -198,6 +198,12 @@ class Storage:
         Folders the probe had to create are removed again (unless ``keep``: a sweep's dated
         folder, claimed once its cluster answers), so a run that stops before it starts (a
         cluster that does not answer) leaves no empty results folder behind."""
+        if self.is_file("compacted.json"):  # results.compact's mark
+            raise UserError(
+                f"{what}: {display(self.location)} is a compacted copy for reading (reuse-ray "
+                "compact); nothing is written into it — run, --resume or --final on the "
+                "folder it was copied from, or give another --results"
+            )
         probe = f".write-check-{os.getpid()}"
         local = self.local_path
         missing: list[Path] = []

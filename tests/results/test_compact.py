@@ -95,3 +95,16 @@ def test_the_read_back_check_tells_a_changed_row_from_a_nan():
     for other in ([0.5, 0.25], [0.75, math.nan]):
         with pytest.raises(UserError, match="did not read back the same"):
             _same(a, pa.table({"run_id": ["a", "b"], "loss": other}), "runs")
+
+
+def test_nothing_is_written_into_a_compacted_copy(results, tmp_path, capsys):
+    dst = tmp_path / "copy"
+    assert main(["compact", str(results), str(dst)]) == 0
+    mark = json.loads((dst / "compacted.json").read_text())
+    assert mark["source"] == str(results)
+    before = _files(dst)
+    run = ["run", "sweeps/quickstart.yaml", "--backend", "local", "--set", "fl.rounds=1"]
+    assert main([*run, "--results", str(dst)]) == 2
+    err = capsys.readouterr().err
+    assert "is a compacted copy for reading" in err and err.count("\n") == 1
+    assert _files(dst) == before
