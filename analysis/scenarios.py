@@ -30,18 +30,21 @@ def scenario_table(readings: dict[str, pd.DataFrame]) -> pd.DataFrame:
     """Per workload, level and arm (the first scenario's order: its leader first), for each
     scenario NAME of ``readings`` (NAME -> its readings table): ``NAME: test acc``,
     ``NAME: Δ vs leader`` (empty for the leader itself), ``NAME: rank`` (1 = the leader; ``-``
-    where the arm has no reading there: ``unable``, with why, or no choice). Levels and arms of
+    where the arm has no reading there: ``unable``, with why, or no choice) and, from a
+    readings table that has it, ``NAME: verdict`` (within, behind, …). Levels and arms of
     either scenario are kept."""
     out, order = None, []
     for name, table in readings.items():
         order += [tuple(k) for k in table[KEYS].itertuples(index=False)]
         read = table["label"].fillna("").ne("")  # an unable row has no label and no rank
         t = table.assign(rank=table[read].groupby(["workload", "level"]).cumcount() + 1)
-        t = t[[*KEYS, "test acc", "Δ test acc vs the leader", "rank"]].rename(
+        verdict = ["verdict"] if "verdict" in t else []  # readings_table's, where it has one
+        t = t[[*KEYS, "test acc", "Δ test acc vs the leader", "rank", *verdict]].rename(
             columns={
                 "test acc": f"{name}: test acc",
                 "Δ test acc vs the leader": f"{name}: Δ vs leader",
                 "rank": f"{name}: rank",
+                "verdict": f"{name}: verdict",
             }
         )
         out = t if out is None else out.merge(t, on=KEYS, how="outer", sort=False)

@@ -59,3 +59,10 @@ def test_a_scenario_without_a_name_or_a_study_is_one_line_and_exit_2(capsys, tmp
     assert main([f"x={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no study.json" in err
+
+
+def test_a_verdict_column_comes_along_where_the_readings_have_one():
+    uniform = UNIFORM.assign(verdict=["leader", "within", "unable", "leader"])
+    t = scenario_table({"uniform": uniform, "skewed": SKEWED})
+    assert t["uniform: verdict"].tolist() == ["leader", "within", "unable", "", "leader"]
+    assert "skewed: verdict" not in t
