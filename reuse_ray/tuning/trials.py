@@ -24,46 +24,21 @@ if TYPE_CHECKING:
     from .spec import WorkloadSpec
 
 
-def trial_row(
-    *,
-    sweep: str,
-    stage: str,
-    run_id: str | None,
-    searcher: str,
-    objective: str,
-    params: dict[str, Any],
-    status: str,
-    trial_id: str | None = None,
-    val_acc: float | None = None,
-    cum_up_restricted: float | None = None,
-    cum_saving_restricted: float | None = None,
-    objective_value: float | None = None,
-    reference_val_acc: float | None = None,
-    on_pareto_front: bool = False,
-    selected: bool = False,
-    error: str | None = None,
-    **extra: Any,
-) -> dict[str, Any]:
-    """One trials-table row (``extra``: a study's ``arm``, ``trial_index``, ``selected_for``)."""
-    return {
-        "sweep": sweep,
-        "stage": stage,
-        "trial_id": trial_id,
-        "run_id": run_id,
-        "searcher": searcher,
-        "objective": objective,
-        "status": status,
-        "val_acc": val_acc,
-        "cum_up_restricted": cum_up_restricted,
-        "cum_saving_restricted": cum_saving_restricted,
-        "objective_value": objective_value,
-        "reference_val_acc": reference_val_acc,
-        "on_pareto_front": on_pareto_front,
-        "selected": selected,
-        "params_json": json.dumps(params, sort_keys=True, default=str),
-        "error": error,
-        **extra,
-    }
+TRIAL_COLUMNS = (
+    "sweep", "stage", "trial_id", "run_id", "searcher", "objective", "status", "val_acc",
+    "cum_up_restricted", "cum_saving_restricted", "objective_value", "reference_val_acc",
+    "on_pareto_front", "selected", "params_json", "error",
+)  # fmt: skip
+
+
+def trial_row(*, params: dict[str, Any], **fields: Any) -> dict[str, Any]:
+    """One trials-table row: :data:`TRIAL_COLUMNS` (None where not given; not on the Pareto
+    front, not selected), ``params`` as ``params_json``, then further columns (a study's
+    ``arm``, ``trial_index``, ``selected_for``; the round reached, the client-rounds)."""
+    row: dict[str, Any] = dict.fromkeys(TRIAL_COLUMNS)
+    row.update(on_pareto_front=False, selected=False, **fields)
+    row["params_json"] = json.dumps(params, sort_keys=True, default=str)
+    return row
 
 
 def _plain(v: Any) -> Any:

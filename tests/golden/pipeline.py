@@ -113,7 +113,14 @@ VOLATILE = {"trial_id", "host", "ray_node", "config_json", "cfg.results_dir", "c
 
 
 def _volatile(name: str) -> bool:
-    return name in VOLATILE or name.endswith(("wall_s", "started_at", "_at"))
+    # ``cfg.engine.*``: where and how a run was placed, which never changes its numbers (the
+    # engine settings that round differently enter the run id, which is digested); a new
+    # engine setting adds a column here without changing a number
+    return (
+        name in VOLATILE
+        or name.endswith(("wall_s", "started_at", "_at"))
+        or name.startswith("cfg.engine.")
+    )
 
 
 def _frame_digest(df: pd.DataFrame) -> str:
