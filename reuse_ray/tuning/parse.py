@@ -36,6 +36,7 @@ from .spec import (
     FOLDERS,
     KINDS,
     STUDY_OBJECTIVES,
+    STUDY_SEARCH_KEYS,
     TRIAL_KEYS,
     Arm,
     ExperimentSpec,
@@ -375,15 +376,7 @@ def _study_search(raw: Any, workloads: dict, final_seeds) -> SearchSpec:
     """A study's ``search`` block: a scheduler per arm (rungs in rounds, on evaluation rounds
     of every workload), robust selection (re-evaluation seeds, search seeds only) and the
     most trials at once."""
-    keys = (
-        "scheduler",
-        "grace_period",
-        "reduction_factor",
-        "reeval_top",
-        "reeval_seeds",
-        "max_concurrent_trials",
-    )
-    search = SearchSpec(searcher="random", **take_fields(raw, "search", keys))
+    search = SearchSpec(searcher="random", **take_fields(raw, "search", STUDY_SEARCH_KEYS))
     for w, base in workloads.items():
         try:
             search.check_rounds(check_base(deep_copy(base)).fl.rounds)

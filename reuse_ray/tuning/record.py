@@ -20,7 +20,7 @@ from ..machine import code_commit, describe_machine
 from ..results.reader import STUDY_FILE, read_metadata
 from ..results.storage import Storage, display, join
 from .selection import final_labels
-from .spec import ExperimentSpec, WorkloadSpec
+from .spec import STUDY_SEARCH_KEYS, ExperimentSpec, WorkloadSpec
 from .trials import trials_file
 
 
@@ -44,14 +44,7 @@ def _metadata(
         "arms": [a.name for a in spec.arms],
         "trials_per_arm": spec.trials_per_arm,
         "client_rounds": spec.client_rounds,
-        "search": {
-            "scheduler": spec.search.scheduler,
-            "grace_period": spec.search.grace_period,
-            "reduction_factor": spec.search.reduction_factor,
-            "reeval_top": spec.search.reeval_top,
-            "reeval_seeds": list(spec.search.reeval_seeds),
-            "max_concurrent_trials": spec.search.max_concurrent_trials,
-        },
+        "search": {k: getattr(spec.search, k) for k in STUDY_SEARCH_KEYS},
         # what each trial reserved: the report's core-hours are its runs' wall time × this
         "trial_cpus": spec.trial.cpus
         + (spec.trial.workers * spec.trial.cpu_per_worker if spec.trial.backend == "ray" else 0),

@@ -205,6 +205,15 @@ class TrialSpec:
 
 
 STUDY_OBJECTIVES = ("val_acc", "retention")
+# the search fields a study file sets (its arms' points are drawn, so no searcher of its own)
+STUDY_SEARCH_KEYS = (
+    "scheduler",
+    "grace_period",
+    "reduction_factor",
+    "reeval_top",
+    "reeval_seeds",
+    "max_concurrent_trials",
+)
 KINDS = ("sweep", "study")
 FOLDERS = {"sweep": "sweeps", "study": "studies"}  # where results go by default
 
