@@ -192,7 +192,7 @@ def _reading_rows(arms: list, base: float) -> list[dict]:
                 else "",
                 "round": _span_text(rounds) if len(rounds) else "",
                 "uplink MB": round(float(ok["cum_up"].mean()) / 1e6, 3) if len(ok) else "",
-                "Δ test acc vs the leader": "" if k == 0 else paired_text(len(d), mean, *t_ci(d)),
+                "Δ test acc vs the leader": "" if k == 0 else paired_text(len(d), mean, lo, hi),
                 "p (Holm)": "" if not np.isfinite(p) else f"{p:.3f}",
                 "verdict": LEADER if k == 0 else verdict(len(d), lo, hi, p),
             }

@@ -21,12 +21,11 @@ from pathlib import Path
 import pyarrow as pa
 
 from ..errors import UserError
-from .reader import STUDY_FILE, is_results_root, read_arrow_if_any
+from .reader import STUDY_FILE, is_results_root, read_arrow_if_any, table_files
 from .schema import PARTITION_COLUMN, RUN_TABLES
-from .storage import Storage, display
+from .storage import COMPACTED_FILE, Storage, display
 
 LEFT_OUT = ("_tune", "tensorboard", "report")
-COMPACTED = "compacted.json"  # a compacted copy's mark: where from, when; nothing writes there
 
 
 def compact(src: str | Path, dst: str | Path, say=print) -> list[dict]:
@@ -45,7 +44,7 @@ def compact(src: str | Path, dst: str | Path, say=print) -> list[dict]:
     import json
 
     marker = {"source": display(src), "compacted_at": dt.datetime.now(dt.timezone.utc).isoformat()}
-    target.write_bytes(COMPACTED, json.dumps(marker).encode())  # first: the folder is claimed
+    target.write_bytes(COMPACTED_FILE, json.dumps(marker).encode())  # first: the folder is claimed
     report = []
     for table in RUN_TABLES:
         rows = read_arrow_if_any(src, table)
@@ -88,15 +87,9 @@ def _copied(store: Storage) -> list[str]:
 
 
 def _files(store: Storage, table: str) -> list[int]:
-    """The sizes of a table's Parquet files."""
-    import pyarrow.fs as pafs
-
-    sel = pafs.FileSelector(store.path(table), allow_not_found=True, recursive=True)
-    return [
-        f.size
-        for f in store.fs.get_file_info(sel)
-        if f.type == pafs.FileType.File and f.base_name.endswith(".parquet")
-    ]
+    """The sizes of a table's Parquet files (the ones the reader reads)."""
+    paths = table_files(store.fs, f"{store.root}/{table}")
+    return [f.size for f in store.fs.get_file_info(paths)]
 
 
 def _same(a: pa.Table, b: pa.Table | None, table: str) -> None:

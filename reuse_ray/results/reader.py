@@ -31,7 +31,7 @@ def is_results_root(location: str | Path) -> bool:
         return False
 
 
-def _table_files(fs, base: str) -> list[str]:
+def table_files(fs, base: str) -> list[str]:
     """The table's Parquet files below ``base`` (none without the folder), hidden ones left."""
     if fs.get_file_info(base).type != pafs.FileType.Directory:
         return []
@@ -78,7 +78,7 @@ def _read_once(location: str | Path, table: str, live: bool = True) -> pa.Table 
     listing raises :class:`_Vanished` instead of being named as corrupt)."""
     store = Storage.of(location)
     fs, base = store.fs, f"{store.root}/{table}"
-    files = _table_files(fs, base)
+    files = table_files(fs, base)
 
     def failed(path: str, err: Exception) -> Exception:
         if live and fs.get_file_info(path).type == pafs.FileType.NotFound:

@@ -85,6 +85,10 @@ def from_command_line(location: str) -> str:
     return location if is_uri(location) else str(user_path(location, "--results").absolute())
 
 
+# the mark of a compacted copy (module ``results.compact``): where from, when; for reading only
+COMPACTED_FILE = "compacted.json"
+
+
 def display(location: str | Path) -> str:
     """The location as a user should see it: a URI as given, a path absolute."""
     loc = str(location)
@@ -198,7 +202,7 @@ class Storage:
         Folders the probe had to create are removed again (unless ``keep``: a sweep's dated
         folder, claimed once its cluster answers), so a run that stops before it starts (a
         cluster that does not answer) leaves no empty results folder behind."""
-        if self.is_file("compacted.json"):  # results.compact's mark
+        if self.is_file(COMPACTED_FILE):
             raise UserError(
                 f"{what}: {display(self.location)} is a compacted copy for reading (reuse-ray "
                 "compact); nothing is written into it — run, --resume or --final on the "

@@ -24,11 +24,11 @@ if TYPE_CHECKING:
     from .spec import WorkloadSpec
 
 
-TRIAL_COLUMNS = (
-    "sweep", "stage", "trial_id", "run_id", "searcher", "objective", "status", "val_acc",
-    "cum_up_restricted", "cum_saving_restricted", "objective_value", "reference_val_acc",
-    "on_pareto_front", "selected", "params_json", "error",
-)  # fmt: skip
+TRIAL_COLUMNS = tuple(
+    "sweep stage trial_id run_id searcher objective status val_acc cum_up_restricted "
+    "cum_saving_restricted objective_value reference_val_acc on_pareto_front selected "
+    "params_json error".split()
+)
 
 
 def trial_row(*, params: dict[str, Any], **fields: Any) -> dict[str, Any]:

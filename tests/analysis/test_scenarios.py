@@ -34,9 +34,8 @@ def test_each_arm_has_its_rank_and_difference_in_each_scenario():
     rows = {(r.level, r.arm): r for r in t.itertuples(index=False)}
     # the first scenario's order: its leader first, the unable row after the read ones, then
     # an arm only the second scenario holds; the next level after
-    assert list(zip(t["level"], t["arm"], strict=True)) == [
-        ("up10", "a"), ("up10", "b"), ("up10", "c"), ("up10", "d"), ("up50", "b"),
-    ]  # fmt: skip
+    order = [("up10", "a"), ("up10", "b"), ("up10", "c"), ("up10", "d"), ("up50", "b")]
+    assert list(zip(t["level"], t["arm"], strict=True)) == order
     a = t.iloc[0]
     assert (a["uniform: rank"], a["skewed: rank"]) == ("1", "2")
     assert a["skewed: Δ vs leader"] == "-0.100 [-0.150, -0.050]" and a["uniform: Δ vs leader"] == ""

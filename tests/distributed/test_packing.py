@@ -14,12 +14,16 @@ pytestmark = [pytest.mark.ray, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
 
 
+def _dry_run(options: str) -> subprocess.CompletedProcess:
+    """gpu_throughput.py on the CPU with ``options``."""
+    command = [sys.executable, "benchmarks/gpu_throughput.py", "--device", "cpu"]
+    return subprocess.run(
+        command + options.split(), cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
+
+
 def test_packed_trials_are_bit_identical_to_trials_run_alone():
-    out = subprocess.run(
-        [sys.executable, "benchmarks/gpu_throughput.py", "--device", "cpu",
-         "--per-device", "1,2", "--trials", "2", "--rounds", "2", "--parts", "packing"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+    out = _dry_run("--per-device 1,2 --trials 2 --rounds 2 --parts packing")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [ln for ln in out.stdout.splitlines() if ln.startswith("| ")]
     assert len(rows) == 3, out.stdout  # the header and one row per packing
@@ -29,11 +33,7 @@ def test_packed_trials_are_bit_identical_to_trials_run_alone():
 
 
 def test_the_vectorized_part_reports_every_arm_within_tolerance():
-    out = subprocess.run(
-        [sys.executable, "benchmarks/gpu_throughput.py", "--device", "cpu", "--parts", "vector",
-         "--vector-clients", "4", "--vector-rounds", "1", "--vector-samples", "2000"],
-        cwd=ROOT, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
+    out = _dry_run("--parts vector --vector-clients 4 --vector-rounds 1 --vector-samples 2000")
     assert out.returncode == 0, out.stderr[-2000:]
     rows = [ln for ln in out.stdout.splitlines() if ln.startswith("| ")]
     cells = [[c.strip() for c in row.strip("|").split("|")] for row in rows[1:]]
