@@ -3,8 +3,8 @@ method, instead of one file per run.
 
 A run writes its own file of each run table (so that runs finish, fail and resume on their own,
 design: Results). Each file carries a footer describing every column — the runs table has one
-per config field, about 150 — and that footer, not the rows, is most of a study's bytes: a
-study of 405 runs holds 20 MB of runs files whose rows are a few hundred kilobytes. Compacted,
+per config field, about 150 — and that footer, not the rows, is most of a study's bytes.
+Compacted,
 every table of the folder reads back with the same rows, columns and types
 (:func:`~reuse_ray.results.reader.read_table` and ``analysis`` read it as they read the
 original; checked before :func:`compact` returns). ``study.json`` and the trials tables are
