@@ -199,9 +199,25 @@ def cmd_compact(args: argparse.Namespace) -> int:
     from .results.compact import compact
     from .results.storage import display
 
-    report = compact(args.src, args.dst, say=_print)
+    report = compact(args.src, args.dst, say=_print, update=args.update)
     _print(markdown(pd.DataFrame(report), digits=2))
     _print(f"compacted: {display(args.dst)} (reuse-ray report {display(args.dst)} reads it)")
+    return 0
+
+
+def cmd_expand(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from analysis.tables import markdown
+
+    from .results.compact import expand
+    from .results.storage import display
+
+    _print(markdown(pd.DataFrame(expand(args.src, args.dst)), digits=0))
+    _print(
+        f"expanded: {display(args.dst)} (reuse-ray sweep SPEC --results {display(args.dst)} "
+        "--resume continues it)"
+    )
     return 0
 
 
@@ -245,7 +261,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--debug", action="store_true", help="show tracebacks of user errors too")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    for add in (_run_parser, _sweep_parser, _report_parser, _fetch_parser, _compact_parser):
+    for add in (
+        _run_parser,
+        _sweep_parser,
+        _report_parser,
+        _fetch_parser,
+        _compact_parser,
+        _expand_parser,
+    ):
         parser = add(sub)
         # --debug after the subcommand too (reuse-ray run … --debug)
         parser.add_argument(
@@ -356,8 +379,27 @@ def _compact_parser(sub) -> argparse.ArgumentParser:
     )
     c.add_argument("src", help="the results folder (a path or a URI)")
     c.add_argument("dst", help="a new or empty folder (a path or a URI)")
+    c.add_argument(
+        "--update",
+        action="store_true",
+        help="DST may be an earlier compacted copy of the same results: add the settled runs "
+        "it lacks (finished, diverged, failed, stopped) as one more file per method, so a "
+        "copy kept beside a study still computing grows by what the study added",
+    )
     c.set_defaults(func=cmd_compact)
     return c
+
+
+def _expand_parser(sub) -> argparse.ArgumentParser:
+    e = sub.add_parser(
+        "expand",
+        help="the reverse of compact: a compacted copy as a working results folder (each "
+        "run's rows in its own files), where sweep --resume continues the study",
+    )
+    e.add_argument("src", help="a compacted copy (a path or a URI)")
+    e.add_argument("dst", help="a new or empty folder (a path or a URI)")
+    e.set_defaults(func=cmd_expand)
+    return e
 
 
 def main(argv: list[str] | None = None) -> int:

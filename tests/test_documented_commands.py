@@ -69,6 +69,15 @@ PLAN: dict[str, tuple[str, str]] = {
         "covered",
         "tests/results/test_compact.py::test_every_table_reads_back_the_same_from_one_file_per_method",
     ),
+    "reuse-ray compact --update RESULTS SHARED": (
+        "covered",
+        "tests/results/test_compact.py::test_update_adds_only_settled_runs_and_replaces_a_changed_one",
+    ),
+    "reuse-ray expand SHARED RESULTS2": (
+        "covered",
+        "tests/tuning/test_sweep_resume.py::"
+        "test_a_sweep_continued_elsewhere_from_its_compacted_copy_matches_an_uninterrupted_one",
+    ),
     "reuse-ray report results/paper_fashionmnist": ("run", ""),
     'reuse-ray report results/paper_fashionmnist --round 90 --reference "fedavg [selected-0]" '
     "--target 0.9": ("run", ""),

@@ -17,7 +17,7 @@ import pandas as pd
 
 from ..errors import UserError
 from ..machine import code_commit, describe_machine
-from ..results.reader import STUDY_FILE, read_metadata
+from ..results.reader import STUDY_FILE, read_arrow_if_any, read_metadata
 from ..results.storage import Storage, display, join
 from .selection import final_labels
 from .spec import STUDY_SEARCH_KEYS, ExperimentSpec, WorkloadSpec
@@ -90,13 +90,16 @@ class Record:
         self.old: dict | None = None
 
     def started(self, final_only: bool) -> bool:
-        """The folder holds it: its record, a workload's Tune experiments or its trials table
-        (a copied folder)."""
+        """The folder holds it: its record, a workload's Tune experiments, its trials table or
+        its runs (a copied folder, or one expanded from a compacted copy: no Tune state)."""
         self.old = read_metadata(self.spec.results_dir)
         store = Storage.of(self.spec.results_dir)
         names = [self.spec.workload(w).name for w in self.spec.workloads]
         tune = any(store.is_dir("_tune", f"{n}-{s}") for n in names for s in ("search", "final"))
-        return self.old is not None or tune or any(store.is_file(trials_file(n)) for n in names)
+        if self.old is not None or tune or any(store.is_file(trials_file(n)) for n in names):
+            return True
+        runs = read_arrow_if_any(self.spec.results_dir, "runs")
+        return runs is not None and bool(set(runs["sweep"].to_pylist()) & set(names))
 
     def opened(self, final_only: bool) -> None:
         """Recorded as running, with this launch added to the earlier ones."""

@@ -108,3 +108,96 @@ def test_nothing_is_written_into_a_compacted_copy(results, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is a compacted copy for reading" in err and err.count("\n") == 1
     assert _files(dst) == before
+
+
+def _set_status(folder, run_id: str, status: str, **more) -> None:
+    """Rewrite one run's runs file as a live study would leave it (``running``) or finish it."""
+    path = next(folder.glob(f"runs/method=*/{run_id}.parquet"))
+    df = pd.read_parquet(path)
+    df["status"] = status
+    for k, v in more.items():
+        df[k] = v
+    df.to_parquet(path, index=False)
+
+
+def test_update_adds_only_settled_runs_and_replaces_a_changed_one(results, tmp_path, capsys):
+    import shutil
+
+    src = tmp_path / "live"
+    shutil.copytree(results, src)
+    ids = sorted(read_table(src, "runs")["run_id"])
+    _set_status(src, ids[0], "running")  # a run still computing: left for a later update
+    _set_status(src, ids[1], "interrupted")
+    dst = tmp_path / "copy"
+    assert main(["compact", "--update", str(src), str(dst)]) == 0  # a new folder: created
+    assert "update: 3 runs added, 0 replaced" in capsys.readouterr().out
+    assert sorted(read_table(dst, "runs")["run_id"]) == ids[2:]
+    first = _files(dst)
+    # the study goes on: both runs finish, one settled run's row changes (computed again)
+    _set_status(src, ids[0], "finished")
+    _set_status(src, ids[1], "finished")
+    _set_status(src, ids[2], "stopped", final_val_acc=0.125)
+    assert main(["compact", "--update", str(src), str(dst)]) == 0
+    assert "update: 2 runs added, 1 replaced" in capsys.readouterr().out
+    for table in RUN_TABLES:
+        pd.testing.assert_frame_equal(
+            _sorted(read_table(src, table)), _sorted(read_table(dst, table)), check_like=True
+        )
+    # the new runs in one more file per method (a method with none yet: its first); the
+    # earlier files kept, the replaced run's rewritten without it (removed if left empty)
+    method = read_table(src, "runs").set_index("run_id")["method"]
+    had = {method[r] for r in ids[2:]}
+    for m in {method[r] for r in ids[:3]}:
+        name = f"{m}.2.parquet" if m in had else f"{m}.parquet"
+        assert (dst / "runs" / f"method={m}" / name).is_file(), name
+    assert set(first) - set(_files(dst)) <= {
+        f"runs/method={method[ids[2]]}/{method[ids[2]]}.parquet"
+    }
+    # nothing new: nothing written
+    before = _files(dst)
+    assert main(["compact", "--update", str(src), str(dst)]) == 0
+    assert "update: 0 runs added, 0 replaced" in capsys.readouterr().out
+    assert {
+        k: v for k, v in _files(dst).items() if "study.json" not in k and "trials" not in k
+    } == {k: v for k, v in before.items() if "study.json" not in k and "trials" not in k}
+
+
+def test_update_refuses_a_folder_that_is_no_copy_of_the_same_study(results, tmp_path, capsys):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "mine.txt").write_text("keep me")
+    assert main(["compact", "--update", str(results), str(other)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a compacted copy" in err and err.count("\n") == 1
+    copy = tmp_path / "copy"
+    assert main(["compact", str(results), str(copy)]) == 0
+    (copy / "study.json").write_text(json.dumps({"name": "another"}))
+    assert main(["compact", "--update", str(results), str(copy)]) == 2
+    assert "holds study 'another', not 'tiny'" in capsys.readouterr().err
+
+
+def test_expand_gives_each_run_its_own_files_as_a_run_writes_them(results, tmp_path, capsys):
+    from reuse_ray.results.writer import RunWriter
+
+    copy, work = tmp_path / "copy", tmp_path / "work"
+    assert main(["compact", str(results), str(copy)]) == 0
+    assert main(["expand", str(copy), str(work)]) == 0
+    assert "--resume continues it" in capsys.readouterr().out
+    runs = read_table(results, "runs")
+    for table in RUN_TABLES:
+        pd.testing.assert_frame_equal(
+            _sorted(read_table(results, table)), _sorted(read_table(work, table))
+        )
+        with_rows = read_table(results, table)["run_id"].unique()
+        every = runs["run_id"] if table != "levels" else with_rows  # a run's every table
+        assert sorted(p.stem for p in (work / table).rglob("*.parquet")) == sorted(every)
+    assert not (work / "compacted.json").exists()
+    assert (work / "study.json").read_text() == (results / "study.json").read_text()
+    for row in runs.itertuples():  # the engine finds each complete result where it looks
+        kept = RunWriter(work, row.run_id, row.method).previous_result()
+        assert kept is not None and kept["status"] == row.status
+    # the other way round, or onto something: one line each, nothing written
+    assert main(["expand", str(results), str(tmp_path / "x")]) == 2
+    assert "is not a compacted copy" in capsys.readouterr().err
+    assert main(["expand", str(copy), str(work)]) == 2
+    assert "is not empty" in capsys.readouterr().err

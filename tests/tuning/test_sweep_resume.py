@@ -250,6 +250,39 @@ def test_ctrl_c_a_killed_driver_and_ctrl_c_again_then_resume_matches_an_uninterr
     assert resumed["started_at"] < resumed["attempt_started_at"]
 
 
+def test_a_sweep_continued_elsewhere_from_its_compacted_copy_matches_an_uninterrupted_one(
+    tmp_path, sweep_file, calm
+):
+    """The driver killed mid-search; the folder's settled runs kept in a compacted copy
+    (``compact --update RESULTS SHARED``), the copy expanded on "another machine" (``expand
+    SHARED RESULTS2``: no Tune state, no running run) and ``--resume``d there: the undisturbed
+    sweep's Parquet; the copy updated from there then holds every row of it."""
+    from reuse_ray.cli import main
+
+    hit = tmp_path / "hit"
+    _kill_when(
+        _args(sweep_file, hit),
+        hit,
+        lambda runs, written: _finished(runs) >= 1 and (written <= 4).any(),
+        300,
+        "the sweep never reached a mid-way state",
+    )
+    left = read_table(hit, "runs")
+    assert left["status"].eq("running").any()  # killed: nothing recorded on the way out
+    shipped, there = tmp_path / "shipped", tmp_path / "there"
+    assert main(["compact", "--update", str(hit), str(shipped)]) == 0
+    kept = read_table(shipped, "runs")
+    assert set(kept["run_id"]) == set(left.loc[left["status"] == "finished", "run_id"])
+    assert main(["expand", str(shipped), str(there)]) == 0
+    assert not (there / "_tune").exists()
+    _sweep_to_the_end(sweep_file, there, "--resume")
+    _assert_same_as(calm, there)
+    assert main(["compact", "--update", str(there), str(shipped)]) == 0
+    for table in ("runs", "rounds", "client_events"):
+        a, b = read_table(there, table), read_table(shipped, table)
+        assert len(a) == len(b) and set(a["run_id"]) == set(b["run_id"]), table
+
+
 STUDY = {
     "name": "tiny",
     "kind": "study",
