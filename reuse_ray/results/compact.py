@@ -58,35 +58,8 @@ def compact(src: str | Path, dst: str | Path, say=print, update: bool = False) -
         marker["compacted_at"] = marker["compacted_at"].isoformat()
         target.write_bytes(COMPACTED_FILE, json.dumps(marker).encode())
     add, replace = _to_write(src, held or {}, update)
-    report = []
-    for table in RUN_TABLES:
-        rows = read_arrow_if_any(src, table)
-        if rows is None:
-            continue
-        before = _files(source, table)
-        if update:
-            _drop_runs(target, table, replace)
-            rows = _of_runs(rows, add | replace)
-        for method in rows.column(PARTITION_COLUMN).unique().to_pylist():
-            part = rows.filter(pa.compute.equal(rows[PARTITION_COLUMN], method))
-            part = part.drop_columns([PARTITION_COLUMN])
-            target.write_parquet(_part_name(target, table, method), part, compression="zstd")
-        copied = read_arrow_if_any(dst, table)
-        if update and copied is not None:  # the source's rows of the runs the copy holds
-            rows = _of_runs(read_arrow_if_any(src, table), set(copied["run_id"].to_pylist()))
-            rows, copied = _aligned(rows, copied)
-        _same(rows, copied, table)
-        after = _files(target, table)
-        report.append(
-            {
-                "table": table,
-                "rows": rows.num_rows,
-                "files before": len(before),
-                "MB before": round(sum(before) / 1e6, 2),
-                "files after": len(after),
-                "MB after": round(sum(after) / 1e6, 2),
-            }
-        )
+    report = [_table(src, dst, table, update, add | replace, replace) for table in RUN_TABLES]
+    report = [r for r in report if r is not None]
     for rel in _copied(source):
         target.write_bytes(rel, source.read_bytes(rel))
     left = [e.base_name for e in source.listdir() if e.base_name in LEFT_OUT]
@@ -95,6 +68,38 @@ def compact(src: str | Path, dst: str | Path, say=print, update: bool = False) -
     if update:
         say(f"update: {len(add)} runs added, {len(replace)} replaced (settled runs only)")
     return report
+
+
+def _table(src, dst, table: str, update: bool, runs: set, replace: set) -> dict | None:
+    """One run table of ``src`` written to ``dst``, one file per method (with ``update``, only
+    ``runs``' rows, ``replace``'s earlier files dropped first), checked to read back the same;
+    returns its rows and its files and bytes before and after (None: ``src`` has no such table)."""
+    source, target = Storage.of(src), Storage.of(dst)
+    rows = read_arrow_if_any(src, table)
+    if rows is None:
+        return None
+    before = _files(source, table)
+    if update:
+        _drop_runs(target, table, replace)
+        rows = _of_runs(rows, runs)
+    for method in rows.column(PARTITION_COLUMN).unique().to_pylist():
+        part = rows.filter(pa.compute.equal(rows[PARTITION_COLUMN], method))
+        part = part.drop_columns([PARTITION_COLUMN])
+        target.write_parquet(_part_name(target, table, method), part, compression="zstd")
+    copied = read_arrow_if_any(dst, table)
+    if update and copied is not None:  # the source's rows of the runs the copy holds
+        rows = _of_runs(read_arrow_if_any(src, table), set(copied["run_id"].to_pylist()))
+        rows, copied = _aligned(rows, copied)
+    _same(rows, copied, table)
+    after = _files(target, table)
+    return {
+        "table": table,
+        "rows": rows.num_rows,
+        "files before": len(before),
+        "MB before": round(sum(before) / 1e6, 2),
+        "files after": len(after),
+        "MB after": round(sum(after) / 1e6, 2),
+    }
 
 
 # a run in these states changes no more unless it is computed again (a search resumed without

@@ -264,7 +264,9 @@ def open_experiment(exp: Experiment, resume, final_only, say, verbose, mlflow, a
     ensure_ray(address or exp.spec.ray_address())
     flag = "--resume" if resume else "--final"
     exp.spec = dated(exp.spec, resume or final_only, exp.what, flag)
-    aside = open_folder(exp.spec, resume, final_only, exp.what, exp.started(final_only), say)
+    aside = open_folder(
+        exp.spec, resume, final_only, exp.what, exp.started(resume or final_only), say
+    )
     import optuna
     import ray
 

@@ -89,16 +89,18 @@ class Record:
         self.gaps: dict[str, Any] = {}
         self.old: dict | None = None
 
-    def started(self, final_only: bool) -> bool:
-        """The folder holds it: its record, a workload's Tune experiments, its trials table or
-        its runs (a copied folder, or one expanded from a compacted copy: no Tune state)."""
+    def started(self, continuing: bool) -> bool:
+        """The folder holds it: its record, a workload's Tune experiments or its trials table
+        (a copied folder). To be continued (``--resume``, ``--final``), its runs alone count
+        too: a folder expanded from a compacted copy has no Tune state, and a sweep killed in
+        its search no record. A plain start over runs alone keeps them (shipped results)."""
         self.old = read_metadata(self.spec.results_dir)
         store = Storage.of(self.spec.results_dir)
         names = [self.spec.workload(w).name for w in self.spec.workloads]
         tune = any(store.is_dir("_tune", f"{n}-{s}") for n in names for s in ("search", "final"))
         if self.old is not None or tune or any(store.is_file(trials_file(n)) for n in names):
             return True
-        runs = read_arrow_if_any(self.spec.results_dir, "runs")
+        runs = read_arrow_if_any(self.spec.results_dir, "runs") if continuing else None
         return runs is not None and bool(set(runs["sweep"].to_pylist()) & set(names))
 
     def opened(self, final_only: bool) -> None:

@@ -678,13 +678,13 @@ def test_a_launch_killed_without_a_word_keeps_the_wall_time_spent_before_it(tmp_
     spec = dataclasses.replace(parse_experiment(_raw()), results_dir=str(tmp_path))
     (tmp_path / "study.json").write_text(json.dumps({"status": "interrupted", "wall_s": 1000.0}))
     first = StudyExperiment(spec)
-    assert first.started(final_only=True)
+    assert first.started(continuing=True)
     first.opened(final_only=True)
     meta = json.loads((tmp_path / "study.json").read_text())
     assert meta["status"] == "running" and 1000.0 <= meta["wall_s"] < 1010.0
     time.sleep(0.05)  # killed here: no interrupted record; the next launch goes on from it
     again = StudyExperiment(spec)
-    again.started(final_only=True)
+    again.started(continuing=True)
     again.opened(final_only=True)
     meta = json.loads((tmp_path / "study.json").read_text())
     assert 1000.0 <= meta["wall_s"] < 1010.0 and len(meta["attempts"]) == 2

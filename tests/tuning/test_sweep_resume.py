@@ -395,3 +395,47 @@ def test_a_budgeted_search_killed_and_resumed_spends_its_budget_once(tmp_path):
     unfinished = runs[runs["rounds_completed"] < 10]
     assert unfinished["status"].eq("stopped").all(), runs
     assert "client-round budget: " in done.stdout
+
+
+def test_a_study_continued_elsewhere_from_its_compacted_copy_chooses_and_scores_the_same(
+    tmp_path,
+):
+    """The long studies' own path across machines: a study killed mid-search, its settled
+    runs carried in ``compact --update RESULTS SHARED``, ``expand``ed and ``--resume``d: the
+    same choices in ``study.json`` and the same final rows as the study run undisturbed."""
+    from reuse_ray.cli import main
+
+    spec = tmp_path / "tiny.yaml"
+    spec.write_text(yaml.safe_dump(STUDY))
+    calm, hit = tmp_path / "calm", tmp_path / "hit"
+    _sweep_to_the_end(spec, calm)
+    _kill_when(
+        _args(spec, hit),
+        hit,
+        lambda runs, written: _finished(runs) >= 1 and (written <= 4).any(),
+        300,
+        "the study never reached a mid-way state",
+    )
+    shared, there = tmp_path / "shared", tmp_path / "there"
+    assert main(["compact", "--update", str(hit), str(shared)]) == 0
+    assert main(["expand", str(shared), str(there)]) == 0
+    _sweep_to_the_end(spec, there, "--resume")
+    a, b = (json.loads((f / "study.json").read_text()) for f in (calm, there))
+    # the same choices (Tune names its trials afresh in every experiment)
+    assert [d for d in _differing(a["choices"], b["choices"]) if ".trial_id:" not in d] == []
+    assert len(b["attempts"]) == 2  # the record carried over: both launches
+    keys = ["run_id", "label", "test_acc", "final_val_acc", "cum_up_measured"]
+    got = [
+        read_table(f, "runs").query("stage == 'final'")[keys].sort_values("run_id")
+        for f in (calm, there)
+    ]
+    pd.testing.assert_frame_equal(got[0].reset_index(drop=True), got[1].reset_index(drop=True))
+
+
+def _differing(a, b, at: str = "") -> list[str]:
+    """The paths where two JSON values differ (a failure names them)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return [
+            d for k in sorted(set(a) | set(b)) for d in _differing(a.get(k), b.get(k), f"{at}.{k}")
+        ]
+    return [] if a == b else [f"{at}: {a!r} != {b!r}"]
