@@ -76,7 +76,7 @@ PLAN: dict[str, tuple[str, str]] = {
     "reuse-ray expand SHARED RESULTS2": (
         "covered",
         "tests/tuning/test_sweep_resume.py::"
-        "test_a_sweep_continued_elsewhere_from_its_compacted_copy_matches_an_uninterrupted_one",
+        "test_a_study_continued_elsewhere_from_its_compacted_copy_chooses_and_scores_the_same",
     ),
     "reuse-ray report results/paper_fashionmnist": ("run", ""),
     'reuse-ray report results/paper_fashionmnist --round 90 --reference "fedavg [selected-0]" '

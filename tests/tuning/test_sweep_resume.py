@@ -151,10 +151,11 @@ def _assert_same_as(calm: Path, hit: Path) -> None:
 
 
 def _ctrl_c(
-    args: list[str], results: Path, stage: str, after_round: int = 1
+    args: list[str], results: Path, stage: str, after_round: int = 1, finished: int = 0
 ) -> subprocess.CompletedProcess:
     """Run the CLI in its own process group and send SIGINT to the group, as a terminal's
-    Ctrl-C does, once a run of ``stage`` has written ``after_round`` rounds."""
+    Ctrl-C does, once a running run of ``stage`` has written ``after_round`` rounds and
+    ``finished`` of its runs have finished."""
     proc = subprocess.Popen(
         _cli(*args),
         env=_env(),
@@ -170,8 +171,10 @@ def _ctrl_c(
             rows = read_table_if_any(results, "rounds")
             if runs is not None and rows is not None:
                 mine = runs[runs["stage"] == stage]
-                reached = rows.loc[rows["run_id"].isin(mine["run_id"]), "round"]
-                if len(reached) and reached.max() >= after_round:
+                live = mine.loc[mine["status"] == "running", "run_id"]
+                reached = rows.loc[rows["run_id"].isin(live), "round"]
+                done = _finished(mine) >= finished
+                if len(reached) and reached.max() >= after_round and done:
                     os.killpg(proc.pid, signal.SIGINT)
                     break
             time.sleep(0.1)
@@ -250,39 +253,6 @@ def test_ctrl_c_a_killed_driver_and_ctrl_c_again_then_resume_matches_an_uninterr
     assert resumed["started_at"] < resumed["attempt_started_at"]
 
 
-def test_a_sweep_continued_elsewhere_from_its_compacted_copy_matches_an_uninterrupted_one(
-    tmp_path, sweep_file, calm
-):
-    """The driver killed mid-search; the folder's settled runs kept in a compacted copy
-    (``compact --update RESULTS SHARED``), the copy expanded on "another machine" (``expand
-    SHARED RESULTS2``: no Tune state, no running run) and ``--resume``d there: the undisturbed
-    sweep's Parquet; the copy updated from there then holds every row of it."""
-    from reuse_ray.cli import main
-
-    hit = tmp_path / "hit"
-    _kill_when(
-        _args(sweep_file, hit),
-        hit,
-        lambda runs, written: _finished(runs) >= 1 and (written <= 4).any(),
-        300,
-        "the sweep never reached a mid-way state",
-    )
-    left = read_table(hit, "runs")
-    assert left["status"].eq("running").any()  # killed: nothing recorded on the way out
-    shipped, there = tmp_path / "shipped", tmp_path / "there"
-    assert main(["compact", "--update", str(hit), str(shipped)]) == 0
-    kept = read_table(shipped, "runs")
-    assert set(kept["run_id"]) == set(left.loc[left["status"] == "finished", "run_id"])
-    assert main(["expand", str(shipped), str(there)]) == 0
-    assert not (there / "_tune").exists()
-    _sweep_to_the_end(sweep_file, there, "--resume")
-    _assert_same_as(calm, there)
-    assert main(["compact", "--update", str(there), str(shipped)]) == 0
-    for table in ("runs", "rounds", "client_events"):
-        a, b = read_table(there, table), read_table(shipped, table)
-        assert len(a) == len(b) and set(a["run_id"]) == set(b["run_id"]), table
-
-
 STUDY = {
     "name": "tiny",
     "kind": "study",
@@ -293,25 +263,13 @@ STUDY = {
     "final": {"seeds": [1001]},
     "trial": {"backend": "local", "cpus": 1},
     "checkpoint_every": 2,
-    "workloads": {"digits": SWEEP["base"]},
+    # six rounds: a run checkpoints at rounds 2 and 4 (a resumed one goes on from there)
+    "workloads": {"digits": {**SWEEP["base"], "fl": {**SWEEP["base"]["fl"], "rounds": 6}}},
     "arms": {
         "fedavg": {"fixed": {"method.name": "fedavg", "method.topk_ratio": 1.0}, "space": "fedavg"},
         "dg": {"fixed": {"method.name": "dg_fedreuse"}, "space": "dg_fedreuse"},
     },
 }
-
-
-def test_ctrl_c_in_a_study_records_it_interrupted(tmp_path):
-    spec = tmp_path / "tiny.yaml"
-    spec.write_text(yaml.safe_dump(STUDY))
-    out = tmp_path / "res"
-    hit = _ctrl_c(["sweep", str(spec), "--results", str(out)], out, "search")
-    assert hit.returncode == 130, hit.stdout[-2000:] + hit.stderr[-2000:]
-    assert INTERRUPTED_LINE in hit.stderr and "final:" not in hit.stdout
-    meta = json.loads((out / "study.json").read_text())
-    assert meta["status"] == "interrupted" and meta["wall_s"] > 0
-    runs = read_table(out, "runs")
-    assert runs["status"].eq("interrupted").any() and not (out / "report").exists()
 
 
 def test_resume_sets_a_damaged_result_aside_and_recomputes_it(tmp_path, sweep_file, calm):
@@ -400,25 +358,30 @@ def test_a_budgeted_search_killed_and_resumed_spends_its_budget_once(tmp_path):
 def test_a_study_continued_elsewhere_from_its_compacted_copy_chooses_and_scores_the_same(
     tmp_path,
 ):
-    """The long studies' own path across machines: a study killed mid-search, its settled
-    runs carried in ``compact --update RESULTS SHARED``, ``expand``ed and ``--resume``d: the
-    same choices in ``study.json`` and the same final rows as the study run undisturbed."""
+    """The long studies' own path across machines: a study stopped by Ctrl-C mid-search
+    (recorded interrupted), its settled runs carried in ``compact --update RESULTS SHARED``,
+    ``expand``ed and ``--resume``d: the same choices in ``study.json`` and the same final rows
+    as the study run undisturbed. (A driver killed outright: the sweep tests above.)"""
     from reuse_ray.cli import main
 
     spec = tmp_path / "tiny.yaml"
     spec.write_text(yaml.safe_dump(STUDY))
     calm, hit = tmp_path / "calm", tmp_path / "hit"
     _sweep_to_the_end(spec, calm)
-    _kill_when(
-        _args(spec, hit),
-        hit,
-        lambda runs, written: _finished(runs) >= 1 and (written <= 4).any(),
-        300,
-        "the study never reached a mid-way state",
-    )
+    first = _ctrl_c(_args(spec, hit), hit, "search", finished=1)
+    assert first.returncode == 130, first.stdout[-2000:] + first.stderr[-2000:]
+    assert INTERRUPTED_LINE in first.stderr and "final:" not in first.stdout
+    meta = json.loads((hit / "study.json").read_text())
+    assert meta["status"] == "interrupted" and meta["wall_s"] > 0
+    assert not (hit / "report").exists()
     shared, there = tmp_path / "shared", tmp_path / "there"
     assert main(["compact", "--update", str(hit), str(shared)]) == 0
+    left = read_table(hit, "runs")
+    assert left["status"].eq("interrupted").any()  # left for a later copy
+    settled = left["status"].isin(["finished", "diverged", "failed", "stopped"])
+    assert set(read_table(shared, "runs")["run_id"]) == set(left.loc[settled, "run_id"])
     assert main(["expand", str(shared), str(there)]) == 0
+    assert not (there / "_tune").exists()
     _sweep_to_the_end(spec, there, "--resume")
     a, b = (json.loads((f / "study.json").read_text()) for f in (calm, there))
     # the same choices (Tune names its trials afresh in every experiment)
@@ -430,6 +393,11 @@ def test_a_study_continued_elsewhere_from_its_compacted_copy_chooses_and_scores_
         for f in (calm, there)
     ]
     pd.testing.assert_frame_equal(got[0].reset_index(drop=True), got[1].reset_index(drop=True))
+    # the copy updated from there then holds every row of every run table
+    assert main(["compact", "--update", str(there), str(shared)]) == 0
+    for table in ("runs", "rounds", "client_events", "clients"):
+        x, y = read_table(there, table), read_table(shared, table)
+        assert len(x) == len(y) and set(x["run_id"]) == set(y["run_id"]), table
 
 
 def _differing(a, b, at: str = "") -> list[str]:
