@@ -171,11 +171,19 @@ class RunWriter:
             self.store.delete(self.attempt_path(table))
 
 
-def mark_interrupted(results_dir: str | Path, runs: list[tuple[str, str]], why: str) -> int:
+def mark_interrupted(
+    results_dir: str | Path,
+    runs: list[tuple[str, str]],
+    why: str | None,
+    status: str = "interrupted",
+    left: tuple[str, ...] = ("running", "stopped"),
+) -> int:
     """Record the unfinished runs ``[(method, run_id), …]`` as ``interrupted`` (with ``why`` as
     their error) after their trial processes ended: a run whose process was stopped at its
     report recorded ``stopped``, one killed between reports ``running``; a run that reached any
-    other status keeps it. Returns how many runs were marked."""
+    other status keeps it. With ``status="stopped"`` and ``left=("running",)``: a run a killed
+    driver left ``running`` that its resumed stage ended without running again (a spent
+    budget). Returns how many runs were marked."""
     store = Storage.of(results_dir)
     marked = 0
     for method, run_id in runs:
@@ -187,9 +195,9 @@ def mark_interrupted(results_dir: str | Path, runs: list[tuple[str, str]], why: 
             continue
         with store.fs.open_input_file(store.path(rel)) as fh:
             rows = pq.ParquetFile(fh).read().to_pylist()
-        if not rows or rows[0]["status"] not in ("running", "stopped"):
+        if not rows or rows[0]["status"] not in left:
             continue
-        rows[0].update(status="interrupted", error=why)
+        rows[0].update(status=status, error=why)
         rows[0].pop(PARTITION_COLUMN, None)
         store.write_parquet(rel, rows_to_table("runs", rows))
         marked += 1

@@ -187,6 +187,25 @@ def recompute_missing(spec: WorkloadSpec, stage: str, results, say) -> int:
     return done
 
 
+def settle_left_running(spec: WorkloadSpec, stage: str, results=()) -> int:
+    """After a resumed search has ended (no trial of it lives): a run a killed driver left
+    ``running`` that the search never ran again — its arm's client-round budget was spent, or
+    a scheduler ended it — is recorded ``stopped`` with its rows so far, as it would be had
+    its trial been stopped in a live process; one whose trial ended in an error (in
+    ``results``, Tune's) keeps its row. Returns how many runs were marked."""
+    from ..results.reader import read_table_if_any
+    from ..results.writer import mark_interrupted
+
+    runs = read_table_if_any(spec.results_dir, "runs")
+    if runs is None:
+        return 0
+    mine = runs[(runs["sweep"] == spec.name) & (runs["stage"] == stage)]
+    failed = {(r.metrics or {}).get("trial_id") for r in results if r.error is not None}
+    mine = mine[(mine["status"] == "running") & ~mine["trial_id"].isin(failed - {None})]
+    pairs = list(zip(mine["method"], mine["run_id"], strict=True))
+    return mark_interrupted(spec.results_dir, pairs, None, status="stopped", left=("running",))
+
+
 def _limit(spec, stage, search_alg, num_samples, concurrency) -> int | None:
     """Tune's ``max_concurrent_trials``: none for a grid generator (it carries its own limit,
     set in ``make_searcher``); for HyperBand over a searcher (TPE, random), every sample at
@@ -318,6 +337,8 @@ class Launcher:
         results = _fit(tuner, spec, stage, name)
         if self.resume:
             recompute_missing(spec, stage, results, self.say)
+            if stage == "search":
+                settle_left_running(spec, stage, results)
         return results
 
     def final(self, spec: WorkloadSpec, points: list[dict[str, Any]]):
