@@ -171,19 +171,23 @@ class RunWriter:
             self.store.delete(self.attempt_path(table))
 
 
-def mark_interrupted(
-    results_dir: str | Path,
-    runs: list[tuple[str, str]],
-    why: str | None,
-    status: str = "interrupted",
-    left: tuple[str, ...] = ("running", "stopped"),
-) -> int:
+def mark_interrupted(results_dir: str | Path, runs: list[tuple[str, str]], why: str) -> int:
     """Record the unfinished runs ``[(method, run_id), …]`` as ``interrupted`` (with ``why`` as
     their error) after their trial processes ended: a run whose process was stopped at its
     report recorded ``stopped``, one killed between reports ``running``; a run that reached any
-    other status keeps it. With ``status="stopped"`` and ``left=("running",)``: a run a killed
-    driver left ``running`` that its resumed stage ended without running again (a spent
-    budget). Returns how many runs were marked."""
+    other status keeps it. Returns how many runs were marked."""
+    return mark_runs(results_dir, runs, "interrupted", why, ("running", "stopped"))
+
+
+def mark_runs(
+    results_dir: str | Path,
+    runs: list[tuple[str, str]],
+    status: str,
+    why: str | None,
+    left: tuple[str, ...],
+) -> int:
+    """Rewrite the runs row of each of ``runs`` whose status is one of ``left`` to ``status``
+    (``why`` as its error); the other tables are left as they are. Returns how many."""
     store = Storage.of(results_dir)
     marked = 0
     for method, run_id in runs:

@@ -194,7 +194,7 @@ def settle_left_running(spec: WorkloadSpec, stage: str, results=()) -> int:
     its trial been stopped in a live process; one whose trial ended in an error (in
     ``results``, Tune's) keeps its row. Returns how many runs were marked."""
     from ..results.reader import read_table_if_any
-    from ..results.writer import mark_interrupted
+    from ..results.writer import mark_runs
 
     runs = read_table_if_any(spec.results_dir, "runs")
     if runs is None:
@@ -203,7 +203,7 @@ def settle_left_running(spec: WorkloadSpec, stage: str, results=()) -> int:
     failed = {(r.metrics or {}).get("trial_id") for r in results if r.error is not None}
     mine = mine[(mine["status"] == "running") & ~mine["trial_id"].isin(failed - {None})]
     pairs = list(zip(mine["method"], mine["run_id"], strict=True))
-    return mark_interrupted(spec.results_dir, pairs, None, status="stopped", left=("running",))
+    return mark_runs(spec.results_dir, pairs, "stopped", None, ("running",))
 
 
 def _limit(spec, stage, search_alg, num_samples, concurrency) -> int | None:
