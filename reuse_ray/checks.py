@@ -4,6 +4,8 @@ the dotted field and what is allowed (:class:`ConfigError`)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from .errors import UserError
 
 MAX_SEED = 2**63 - 1  # seeds are int64 in Parquet and in numpy's SeedSequence entropy
@@ -76,3 +78,52 @@ def ray_address_problem(address: str) -> str | None:
 def check_choice(name: str, value: str, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ConfigError(name, f"unknown value {value!r}; allowed: {', '.join(allowed)}")
+
+
+# ------------------------------------------------- checks of experiment files' fields
+
+
+def check_seed(path: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_SEED:
+        raise ConfigError(path, f"{value!r}; allowed: an integer in [0, 2**63 - 1]")
+
+
+def deep_copy(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: deep_copy(v) for k, v in d.items()}
+    if isinstance(d, list):
+        return [deep_copy(v) for v in d]
+    return d
+
+
+def take_fields(block: dict[str, Any], path: str, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if block is None:
+        return {}
+    if not isinstance(block, dict):
+        raise ConfigError(path, "expected a mapping of fields")
+    for k in block:
+        if k not in allowed:
+            name = k if path == "<root>" else f"{path}.{k}"
+            raise ConfigError(name, f"unknown field; allowed: {', '.join(allowed)}")
+    return block
+
+
+def check_positive(path: str, value: Any, integer: bool = False, zero: bool = False) -> None:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and (value >= 0 if zero else value > 0) and (not integer or float(value).is_integer())
+    if not ok:
+        kind = "an integer" if integer else "a number"
+        raise ConfigError(path, f"{value!r}; allowed: {kind} {'>= 0' if zero else '> 0'}")
+
+
+def check_share(path: str, value: Any) -> float:
+    """A share in (0, 1], such as a retention bar or a validation target."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+        raise ConfigError(path, f"{value!r}; allowed: a number in (0, 1]")
+    return float(value)
+
+
+def check_fraction(path: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= 1:
+        raise ConfigError(path, f"{value!r}; allowed: a number in [0, 1] (0: none)")
+    return float(value)

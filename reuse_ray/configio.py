@@ -229,3 +229,35 @@ def load_run_config(path: str | Path, overrides: list[str] | None = None) -> Run
     data = load_config_dict(path)
     apply_overrides(data, overrides or [])
     return from_dict(RunConfig, data)
+
+
+def apply_scale(raw: dict[str, Any], scale: str | None) -> None:
+    """A sweep or study file's named scale (``scales.<name>``: dotted overrides of the file, e.g.
+    a smoke test), applied in place; the ``scales`` block itself is removed. Unknown names are
+    one line naming the file's scales."""
+    import json
+
+    scales = raw.pop("scales", None) or {}
+    if not isinstance(scales, dict):
+        raise ConfigError("scales", "expected a mapping of scale name -> dotted overrides")
+    if scale is None:
+        return
+    if not scales:
+        raise ConfigError(
+            "--scale", f"{scale!r}: the file names no scales (a scales: block of name -> overrides)"
+        )
+    if scale not in scales:
+        raise ConfigError("--scale", f"{scale!r}; allowed: {', '.join(scales)}")
+    block = scales[scale]
+    if not isinstance(block, dict):
+        raise ConfigError(f"scales.{scale}", "expected a mapping of dotted overrides")
+    apply_overrides(raw, [f"{k}={json.dumps(v)}" for k, v in block.items()])
+
+
+def load_scaled(path, overrides: list[str] | None, scale: str | None, what: str) -> dict[str, Any]:
+    """A sweep or study file's mapping with its named scale and ``a.b=value`` overrides
+    (dotted from the file's root) applied, not yet validated."""
+    raw = load_yaml_mapping(path, what)
+    apply_scale(raw, scale)
+    apply_overrides(raw, overrides or [])
+    return raw

@@ -171,14 +171,6 @@ class RunWriter:
             self.store.delete(self.attempt_path(table))
 
 
-def mark_interrupted(results_dir: str | Path, runs: list[tuple[str, str]], why: str) -> int:
-    """Record the unfinished runs ``[(method, run_id), …]`` as ``interrupted`` (with ``why`` as
-    their error) after their trial processes ended: a run whose process was stopped at its
-    report recorded ``stopped``, one killed between reports ``running``; a run that reached any
-    other status keeps it. Returns how many runs were marked."""
-    return mark_runs(results_dir, runs, "interrupted", why, ("running", "stopped"))
-
-
 def mark_runs(
     results_dir: str | Path,
     runs: list[tuple[str, str]],

@@ -1,13 +1,17 @@
-"""The top-level keys of the two experiment files, one frozen dataclass each: the parser
-(:mod:`.parse`) reads a file's top level with exactly these keys, and ``docs/reference.md``
-documents each from its field (type, default and allowed values) and the comment above it
-(:func:`reuse_ray.reference.spec_sections`). What a file's blocks hold is validated into
-:class:`.spec.ExperimentSpec`."""
+"""The top-level keys of the two experiment files, one frozen dataclass each, and the checks of
+their own fields: the parser (:mod:`.parse`) reads a file's top level with exactly these keys,
+and ``docs/reference.md`` documents each from its field (type, default and allowed values) and
+the comment above it (:func:`reuse_ray.reference.spec_sections`). What a file's blocks hold is
+validated into :class:`.spec.ExperimentSpec`; each check names the field and what is
+allowed."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
+
+from ..checks import ConfigError, check_seed
+from .spec import Arm
 
 
 def _key(type_: str, default: str = "", allowed: str = "") -> Any:
@@ -124,3 +128,92 @@ class StudyFile:
 
 SWEEP_KEYS = tuple(k for k in SweepFile.__dataclass_fields__ if k != "kind")
 STUDY_KEYS = tuple(StudyFile.__dataclass_fields__)
+
+
+def check_checkpoint_every(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(
+            "checkpoint_every",
+            f"{value!r}; allowed: rounds between trial checkpoints, an integer >= 0 (0: none)",
+        )
+    return value
+
+
+def check_budget(field: str, client_rounds: int, cfg) -> None:
+    """A client-round budget buys at least one round of the search's clients (or is 0: none);
+    a smaller one would end every trial before its first report."""
+    per = cfg.fl.clients_per_round
+    if 0 < client_rounds < per:
+        raise ConfigError(
+            field,
+            f"{client_rounds} client-rounds buy less than one round of a trial's "
+            f"{per} clients (fl.clients_per_round); allowed: 0 (no budget) or at least {per}",
+        )
+
+
+def check_name(name: Any) -> str:
+    """A sweep's or study's ``name``: letters, digits, ``-`` and ``_``."""
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").isalnum():
+        raise ConfigError("name", f"{name!r}; allowed: letters, digits, '-' and '_'")
+    return name
+
+
+def check_fresh_seeds(path: str, seeds: Any, search_seeds: set[int], what: str) -> tuple:
+    """The final stage's seeds: a non-empty list of seeds the search never used."""
+    if not isinstance(seeds, list | tuple) or not seeds:
+        raise ConfigError(path, f"{what} needs a list of fresh seeds")
+    for v in seeds:
+        check_seed(path, v)
+    reused = sorted(set(seeds) & set(search_seeds))
+    if reused:
+        raise ConfigError(
+            path, f"{reused} were used by the search; allowed: seeds the search never used"
+        )
+    return tuple(seeds)
+
+
+def check_levels(value: Any) -> tuple[float, ...]:
+    """``uplink_levels``: increasing fractions in (0, 1)."""
+    value = value or []
+    ok = isinstance(value, list | tuple) and all(
+        isinstance(v, int | float) and not isinstance(v, bool) and 0 < v < 1 for v in value
+    )
+    if not ok or list(value) != sorted(set(value)):
+        raise ConfigError(
+            "uplink_levels",
+            f"{value!r}; allowed: increasing fractions in (0, 1) of dense FedAvg's uplink over "
+            "the planned rounds, e.g. [0.1, 0.25, 0.5]",
+        )
+    return tuple(float(v) for v in value)
+
+
+def check_span(path: str, value: Any) -> tuple[float, float, bool]:
+    """``[low, high]`` or ``[low, high, log]``."""
+    ok = isinstance(value, list | tuple) and len(value) in (2, 3)
+    ok = ok and all(isinstance(v, int | float) and not isinstance(v, bool) for v in value[:2])
+    if ok and len(value) == 3:
+        ok = value[2] in ("log", "linear")
+    if not ok or not 0 < value[0] < value[1]:
+        raise ConfigError(
+            path, f"{value!r}; allowed: [low, high] or [low, high, log|linear] with 0 < low < high"
+        )
+    return float(value[0]), float(value[1]), len(value) == 3 and value[2] == "log"
+
+
+def check_ablation(name: str, parent: Any, fixed: Any, block: dict, arms_raw: dict):
+    """A study's ablation arm (:class:`.spec.Arm`): the searched arm it ablates and the
+    fields it changes, no space."""
+    searched = [k for k, b in arms_raw.items() if not (b or {}).get("ablation_of")]
+    if parent not in searched:
+        raise ConfigError(
+            f"arms.{name}.ablation_of", f"{parent!r}; allowed: a searched arm: {searched}"
+        )
+    if "space" in block:
+        raise ConfigError(f"arms.{name}.space", "an ablation is not searched; allowed: none")
+    if not isinstance(fixed, dict) or not fixed:
+        raise ConfigError(
+            f"arms.{name}.fixed",
+            "expected the dotted run-config fields the ablation changes, e.g. "
+            "{method.dg.gate: 'off'}",
+        )
+    return Arm(name, dict(fixed), None, searched=False, ablation_of=str(parent))

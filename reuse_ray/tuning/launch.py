@@ -14,16 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
-from ..results.storage import join
+from ..paths import check_tune_state_is_yours
 from .spec import WorkloadSpec
 from .trainable import FLTrainable
-from .tune_files import (
-    NO_DEFAULT_LOGGERS,
-    check_trial_checkpoints,
-    check_tune_state_is_yours,
-    tune_loggers,
-    tune_storage,
-)
+from .tune_files import NO_DEFAULT_LOGGERS, check_trial_checkpoints, tune_loggers, tune_storage
 
 
 def derive_concurrency(spec: WorkloadSpec, resources: dict[str, float]) -> int:
@@ -134,27 +128,6 @@ def _run_config(spec: WorkloadSpec, name: str, storage, fs, verbose: int, callba
     )
 
 
-def set_aside_damaged(results_dir: str, say) -> list[str]:
-    """Before a resume: every table file read whole; a damaged run's files go aside (module
-    ``results.damage``), named on the console, and its trial's run is recomputed after its
-    stage (:func:`recompute_missing`). Returns the run ids set aside."""
-    from ..results.damage import find_damaged, set_aside
-    from ..results.storage import display
-
-    damaged = find_damaged(results_dir)
-    if not damaged:
-        return []
-    folder, runs = set_aside(results_dir, damaged)
-    for d in damaged:
-        say(f"damaged result: {display(join(results_dir, d.rel))} cannot be read ({d.error})")
-    say(
-        f"  set aside in {display(folder)} with the rest of each damaged run's files; "
-        + (f"{len(runs)} damaged runs are" if len(runs) != 1 else "1 damaged run is")
-        + " recomputed"
-    )
-    return runs
-
-
 def recompute_missing(spec: WorkloadSpec, stage: str, results, say) -> int:
     """After a resumed stage: a trial Tune kept as ended whose run has no runs row in the
     results (its files were set aside as damaged) is recomputed here, in the driver, with the
@@ -193,6 +166,21 @@ def settle_left_running(spec: WorkloadSpec, stage: str, results=()) -> int:
     a scheduler ended it — is recorded ``stopped`` with its rows so far, as it would be had
     its trial been stopped in a live process; one whose trial ended in an error (in
     ``results``, Tune's) keeps its row. Returns how many runs were marked."""
+    failed = {(r.metrics or {}).get("trial_id") for r in results if r.error is not None}
+    return _mark(spec, stage, lambda t: ~t.isin(failed - {None}), "stopped", None, ("running",))
+
+
+def record_interrupted(spec: WorkloadSpec, stage: str, trial_ids: set[str]) -> int:
+    """The runs of ``stage``'s interrupted trials recorded ``interrupted`` after their trial
+    processes ended (a run stopped at its report recorded ``stopped``, one killed between
+    reports ``running``; a run that reached another status keeps it); how many."""
+    why, left = "interrupted (Ctrl-C); --resume continues it", ("running", "stopped")
+    return _mark(spec, stage, lambda t: t.isin(trial_ids), "interrupted", why, left)
+
+
+def _mark(spec: WorkloadSpec, stage: str, pick, status: str, why, left) -> int:
+    """The runs of ``stage`` whose trial ids ``pick`` selects (a mask of the ``trial_id``
+    column), those in a status of ``left``, rewritten to ``status`` with ``why``."""
     from ..results.reader import read_table_if_any
     from ..results.writer import mark_runs
 
@@ -200,10 +188,9 @@ def settle_left_running(spec: WorkloadSpec, stage: str, results=()) -> int:
     if runs is None:
         return 0
     mine = runs[(runs["sweep"] == spec.name) & (runs["stage"] == stage)]
-    failed = {(r.metrics or {}).get("trial_id") for r in results if r.error is not None}
-    mine = mine[(mine["status"] == "running") & ~mine["trial_id"].isin(failed - {None})]
+    mine = mine[pick(mine["trial_id"])]
     pairs = list(zip(mine["method"], mine["run_id"], strict=True))
-    return mark_runs(spec.results_dir, pairs, "stopped", None, ("running",))
+    return mark_runs(spec.results_dir, pairs, status, why, left)
 
 
 def _limit(spec, stage, search_alg, num_samples, concurrency) -> int | None:
@@ -259,21 +246,6 @@ def _fit(tuner, spec: WorkloadSpec, stage: str, name: str):
     if live is None:
         return results
     raise Interrupted(stage, record_interrupted(spec, stage, live))
-
-
-def record_interrupted(spec: WorkloadSpec, stage: str, trial_ids: set[str]) -> int:
-    """Mark the runs of ``stage``'s interrupted trials ``interrupted``; how many were marked."""
-    from ..results.reader import read_table_if_any
-    from ..results.writer import mark_interrupted
-
-    runs = read_table_if_any(spec.results_dir, "runs")
-    if runs is None or not trial_ids:
-        return 0
-    mine = runs[
-        (runs["sweep"] == spec.name) & (runs["stage"] == stage) & runs["trial_id"].isin(trial_ids)
-    ]
-    pairs = list(zip(mine["method"], mine["run_id"], strict=True))
-    return mark_interrupted(spec.results_dir, pairs, "interrupted (Ctrl-C); --resume continues it")
 
 
 @dataclass(frozen=True)

@@ -11,27 +11,29 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..checks import check_choice
-from ..config import ConfigError, RunConfig
-from ..configio import set_dotted
-from ..results.storage import anchored
-from .fields import (
-    check_ablation,
-    check_budget,
-    check_checkpoint_every,
+from ..checks import (
+    check_choice,
     check_fraction,
-    check_fresh_seeds,
-    check_levels,
-    check_name,
     check_positive,
-    check_range,
     check_seed,
     check_share,
     deep_copy,
-    read_file,
     take_fields,
 )
-from .files import STUDY_KEYS, SWEEP_KEYS
+from ..config import ConfigError, RunConfig
+from ..configio import load_scaled, set_dotted
+from ..results.storage import anchored
+from .files import (
+    STUDY_KEYS,
+    SWEEP_KEYS,
+    check_ablation,
+    check_budget,
+    check_checkpoint_every,
+    check_fresh_seeds,
+    check_levels,
+    check_name,
+    check_span,
+)
 from .spec import (
     FOLDERS,
     KINDS,
@@ -85,7 +87,7 @@ def load_spec(
 ) -> ExperimentSpec:
     """Read a sweep or study file, apply a named scale (``scales.<name>``: dotted overrides of
     the file) and ``a.b=value`` overrides (dotted from the file's root), and validate it."""
-    raw = read_file(path, overrides, scale, "sweep file")
+    raw = load_scaled(path, overrides, scale, "sweep file")
     return parse_experiment(raw, str(path), scale)
 
 
@@ -272,8 +274,8 @@ def _study_form(raw: dict[str, Any], common: dict[str, Any]) -> ExperimentSpec:
         client_rounds=budgets,
         trials_per_arm=int(trials_per_arm),
         sampler_seed=sampler_seed,
-        shared={k: check_range(f"shared.{k}", v) for k, v in shared_raw.items()},
-        topk_range=check_range("topk_range", raw.get("topk_range", [0.01, 1.0, "log"])),
+        shared={k: check_span(f"shared.{k}", v) for k, v in shared_raw.items()},
+        topk_range=check_span("topk_range", raw.get("topk_range", [0.01, 1.0, "log"])),
         objectives=objectives,
         retention=check_share("retention", raw.get("retention", 0.98)),
         retention_reference=ref,

@@ -33,10 +33,11 @@ from typing import Any
 import pandas as pd
 
 from ..errors import UserError
+from ..results.folders import dated, open_folder, report_at_end
 from ..results.storage import Storage, display, join
 from . import record, reeval, selection
 from . import trials as table
-from .launch import Launcher, derive_concurrency, set_aside_damaged
+from .launch import Launcher, derive_concurrency
 from .parse import arm_points
 from .record import Record
 from .spec import ExperimentSpec
@@ -318,73 +319,6 @@ def reevaluate(plan: Plan, run: Launcher, trials: pd.DataFrame) -> pd.DataFrame:
     return pd.concat([trials, plan.rows("reeval", *ran)], ignore_index=True)
 
 
-def dated(spec, resume: bool, what: str = "sweep", flag: str = "--resume"):
-    """The spec (a sweep's or a study's) with its own folder: a folder of dated experiments
-    gets a fresh dated folder (``resume``, asked by ``flag`` — ``--resume`` or ``--final``: its
-    newest)."""
-    import dataclasses
-
-    from ..results.storage import dated_folder, latest_dated
-
-    if not spec.dated:
-        return spec
-    if resume:
-        newest = latest_dated(spec.results_dir)
-        if newest is None:
-            raise UserError(
-                f"{flag}: no earlier {what} {spec.name!r} under "
-                f"{display(spec.results_dir)} — run it without {flag}, or give "
-                "its folder with --results"
-            )
-        return dataclasses.replace(spec, results_dir=newest, dated=False)
-    return dataclasses.replace(spec, results_dir=dated_folder(spec.results_dir), dated=False)
-
-
-def open_folder(spec, resume: bool, final_only: bool, what: str, started: bool, say) -> list[str]:
-    """A sweep's or a study's folder, opened as asked: refuse a start over earlier results,
-    or a ``--resume``/``--final`` where nothing was started; check it is writable; with
-    either, set every damaged table file aside (named on the console). Returns the run ids
-    set aside."""
-    where = display(spec.results_dir)
-    say(f"results root: {where}")
-    if started and not resume and not final_only:
-        raise UserError(
-            f"{what} {spec.name!r} already has results in {where}; pass --resume to continue "
-            "it, or --results DIR for a new one"
-        )
-    if (resume or final_only) and not started:
-        flag = "--resume" if resume else "--final"
-        raise UserError(
-            f"{flag}: nothing to resume in {where} (no {what} {spec.name!r} was started "
-            f"there) — run it without {flag} to start one there, or give the folder of the "
-            f"interrupted {what} with --results"
-        )
-    Storage.of(spec.results_dir).check_writable(keep=True)
-    return set_aside_damaged(spec.results_dir, say) if resume or final_only else []
-
-
-def report_at_end(location: str, say) -> None:
-    """Write the report of a finished sweep or study, then say where the results are; a report
-    that fails loses no result and says how to retry."""
-    where = display(location)
-    try:
-        import warnings
-
-        from analysis import write_report
-        from analysis.report import report_line
-
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            report = write_report(location)
-        say(report_line(report))
-    except Exception as err:  # noqa: BLE001 - the results stay; only the report is missing
-        say(
-            f"report: not written ({type(err).__name__}: {err}); run reuse-ray report "
-            f"{where} to retry"
-        )
-    say(f"results root: {where}")
-
-
 @dataclass(frozen=True)
 class SweepOutcome:
     results_dir: str
@@ -413,8 +347,6 @@ __all__ = [
     "Experiment",
     "Plan",
     "SweepOutcome",
-    "open_folder",
-    "report_at_end",
     "run_experiment",
     "run_study",
     "run_sweep",

@@ -20,15 +20,9 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..checks import check_choice
+from ..checks import check_choice, check_positive, check_seed, check_share, deep_copy
 from ..config import ConfigError, RunConfig
 from ..configio import from_dict, set_dotted
-from .fields import (
-    check_positive,
-    check_seed,
-    check_share,
-    deep_copy,
-)
 
 SEARCHERS = ("tpe", "nsga2", "random", "grid", "none")
 SCHEDULERS = ("none", "asha", "hyperband")

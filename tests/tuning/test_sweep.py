@@ -219,7 +219,7 @@ def _tune_state(root):
 
 
 def test_resume_reads_tune_state_only_when_this_user_alone_could_have_written_it(tmp_path):
-    from reuse_ray.tuning.tune_files import check_tune_state_is_yours
+    from reuse_ray.paths import check_tune_state_is_yours
 
     exp = _tune_state(tmp_path / "ok")
     check_tune_state_is_yours(str(exp))  # owned by this user, writable by nobody else
