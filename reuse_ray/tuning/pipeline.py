@@ -231,6 +231,8 @@ def run_experiment(
     except KeyboardInterrupt:
         exp.interrupted()
         raise
+    finally:
+        exp.closed()
     exp.finished(outcomes, say)
     report_at_end(exp.spec.results_dir, say)
     return outcomes

@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import socket
+import threading
 import time
 from typing import Any
 
@@ -80,7 +81,11 @@ def _attempt(final_only: bool) -> dict[str, Any]:
 
 class Record:
     """An experiment's record (``spec``: a sweep's or a study's): whether its folder holds it
-    already, what the console says when it opens and ends, and for a study ``study.json``."""
+    already, what the console says when it opens and ends, and for a study ``study.json`` —
+    rewritten every ``heartbeat_s`` seconds while it runs, so a launch that is killed (its
+    machine or session ended) loses at most that much of its wall time."""
+
+    heartbeat_s = 300.0
 
     def __init__(self, spec: ExperimentSpec):
         self.spec = spec
@@ -88,6 +93,7 @@ class Record:
         self.choices: dict[str, Any] = {}
         self.gaps: dict[str, Any] = {}
         self.old: dict | None = None
+        self._lock, self._ended = threading.Lock(), threading.Event()
 
     def started(self, continuing: bool) -> bool:
         """The folder holds it: its record, a workload's Tune experiments or its trials table
@@ -104,20 +110,38 @@ class Record:
         return runs is not None and bool(set(runs["sweep"].to_pylist()) & set(names))
 
     def opened(self, final_only: bool) -> None:
-        """Recorded as running, with this launch added to the earlier ones."""
+        """Recorded as running, with this launch added to the earlier ones; from here on the
+        record is rewritten every ``heartbeat_s`` until :meth:`closed`."""
         old = self.old or {}
         self.started_at = old.get("started_at") or _now()
         # a resumed study's wall time goes on from what it had spent
         self.t0 = time.perf_counter() - float(old.get("wall_s") or 0.0)
         self.attempts = [*old.get("attempts", []), _attempt(final_only)]
         self.running()
+        if self.what == "study":
+            beat = threading.Thread(target=self._beat, name="study-record", daemon=True)
+            beat.start()
+
+    def _beat(self) -> None:
+        while not self._ended.wait(self.heartbeat_s):
+            self.running()
+
+    def closed(self) -> None:
+        """No more running records (the experiment ended, was interrupted or failed)."""
+        self._ended.set()
 
     def running(self) -> None:
-        """Recorded as running, with the wall time so far: a launch killed without a word
-        (its machine or session ended) loses only its own time since this record."""
-        self.write("running", wall_s=time.perf_counter() - self.t0)
+        """Recorded as running, with the wall time so far (not once the experiment ended: a
+        heartbeat never overwrites its end)."""
+        with self._lock:
+            if not self._ended.is_set():
+                self._write("running", wall_s=time.perf_counter() - self.t0)
 
     def write(self, status: str, wall: float | None = None, **more) -> None:
+        with self._lock:
+            self._write(status, wall, **more)
+
+    def _write(self, status: str, wall: float | None = None, **more) -> None:
         if self.what != "study":
             return  # a sweep's trials table is its record
         meta = _metadata(self.spec, self.started_at, wall, status, self.attempts)
@@ -134,6 +158,7 @@ class Record:
 
     def interrupted(self) -> None:
         # the wall time so far: what --resume's wall clock goes on from
+        self.closed()
         self.write("interrupted", wall_s=time.perf_counter() - self.t0)
 
     def header(self, run, resources: dict[str, float]) -> str:
@@ -155,6 +180,7 @@ class Record:
         )
 
     def finished(self, outcomes: list, say) -> None:
+        self.closed()
         wall = time.perf_counter() - self.t0
         self.write("finished", wall, selection_gaps=self.gaps)
         where = display(self.spec.results_dir)
