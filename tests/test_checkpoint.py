@@ -129,3 +129,32 @@ def test_resume_reads_every_trials_newest_checkpoint_first_and_names_a_bad_one(t
     # state (the trial starts at round 1): not a lost file
     (exp / "trial-b" / "checkpoint_000001" / "no_run_state").write_bytes(b"")
     assert check_trial_checkpoints(str(tmp_path), "s-search") == 1
+
+
+def test_a_stage_that_ended_keeps_each_trials_newest_checkpoint_only(tmp_path):
+    from reuse_ray.tuning.tune_files import prune_checkpoints
+
+    exp = tmp_path / "_tune" / "s-search"
+    for trial, points in (("trial-a", (0, 1, 2, 10)), ("trial-b", (3,)), ("trial-c", ())):
+        (exp / trial).mkdir(parents=True)
+        (exp / trial / "result.json").write_text("{}")
+        for i in points:
+            (exp / trial / f"checkpoint_{i:06d}").mkdir()
+            (exp / trial / f"checkpoint_{i:06d}" / "run_state.pt").write_bytes(b"x")
+    other = tmp_path / "_tune" / "s-final" / "trial-d"
+    for i in (0, 1):
+        (other / f"checkpoint_{i:06d}").mkdir(parents=True)
+    assert prune_checkpoints(str(tmp_path), "s-search") == 3
+    assert sorted(p.name for p in (exp / "trial-a").iterdir()) == [
+        "checkpoint_000010",  # the newest by number, not 000002 by name length
+        "result.json",
+    ]
+    assert (exp / "trial-a" / "checkpoint_000010" / "run_state.pt").read_bytes() == b"x"
+    assert sorted(p.name for p in (exp / "trial-b").iterdir()) == [
+        "checkpoint_000003",
+        "result.json",
+    ]
+    assert [p.name for p in (exp / "trial-c").iterdir()] == ["result.json"]
+    assert len(list(other.iterdir())) == 2  # another stage's: untouched
+    assert prune_checkpoints(str(tmp_path), "s-search") == 0
+    assert prune_checkpoints(str(tmp_path), "s-never") == 0

@@ -197,6 +197,11 @@ class Storage:
         if self.is_file(rel):
             self.fs.delete_file(self.path(rel))
 
+    def delete_dir(self, *parts: str) -> None:
+        """A folder and everything below it (Tune's spent checkpoints, never a result)."""
+        if self.is_dir(*parts):
+            self.fs.delete_dir(self.path(*parts))
+
     def check_writable(self, what: str = "results_dir", keep: bool = False) -> None:
         """Write and remove a hidden probe file: one line naming the location when it fails.
         Folders the probe had to create are removed again (unless ``keep``: a sweep's dated

@@ -105,10 +105,9 @@ class ConsoleReporter(Callback):
 def quiet_tune() -> None:
     """Our own console lines only: no experiment box, no INFO chatter from Tune, and not its
     warning that the experiment state is snapshotted often. That warning comes whenever trials
-    checkpoint every few seconds (``checkpoint_every`` rounds of a short run): with
-    ``num_to_keep`` set, Tune snapshots its state once a trial has kept that many checkpoints,
-    which is what keeps a resumed sweep consistent; on a fast machine the quickstart printed it
-    nine times, three lines each. A threshold the user set is kept."""
+    checkpoint every few seconds (``checkpoint_every`` rounds of a short run); on a fast machine
+    the quickstart printed it nine times, three lines each. A threshold the user set is
+    kept."""
     import logging
 
     os.environ["RAY_AIR_NEW_OUTPUT"] = "0"

@@ -17,7 +17,13 @@ from ..errors import UserError
 from ..paths import check_tune_state_is_yours
 from .spec import WorkloadSpec
 from .trainable import FLTrainable
-from .tune_files import NO_DEFAULT_LOGGERS, check_trial_checkpoints, tune_loggers, tune_storage
+from .tune_files import (
+    NO_DEFAULT_LOGGERS,
+    check_trial_checkpoints,
+    prune_checkpoints,
+    tune_loggers,
+    tune_storage,
+)
 
 
 def derive_concurrency(spec: WorkloadSpec, resources: dict[str, float]) -> int:
@@ -120,9 +126,13 @@ def _run_config(spec: WorkloadSpec, name: str, storage, fs, verbose: int, callba
         failure_config=tune.FailureConfig(max_failures=int(spec.trial.max_failures)),
         callbacks=callbacks,
         # a trial's step is one round: Tune saves its run's checkpoint every
-        # checkpoint_every rounds (and when a scheduler pauses it)
+        # checkpoint_every rounds (and when a scheduler pauses it), and deletes none while the
+        # stage runs: its state, snapshotted now and then, may name an older checkpoint than
+        # the newest, and a driver killed after Tune deleted that one left a trial that could
+        # not be restored (num_to_keep=2 did); the stage's end keeps each trial's newest
+        # (tune_files.prune_checkpoints)
         checkpoint_config=tune.CheckpointConfig(
-            num_to_keep=2, checkpoint_frequency=int(spec.checkpoint_every)
+            num_to_keep=None, checkpoint_frequency=int(spec.checkpoint_every)
         ),
         stop=stop,
     )
@@ -307,6 +317,7 @@ class Launcher:
                 trainable, param_space=param_space, tune_config=tune_config, run_config=run_config
             )
         results = _fit(tuner, spec, stage, name)
+        prune_checkpoints(spec.results_dir, name)  # no trial of the stage is restored again
         if self.resume:
             recompute_missing(spec, stage, results, self.say)
             if stage == "search":

@@ -120,6 +120,16 @@ def _kill_when(args: list[str], hit: Path, ready, deadline_s: float, never: str)
         _stop_ray()
 
 
+def _checkpoints(results: Path, experiment: str) -> dict[str, list[int]]:
+    """The numbers of every trial's checkpoints on disk, by trial folder."""
+    top = results / "_tune" / experiment
+    return {
+        t.name: sorted(int(c.name.split("_")[1]) for c in t.glob("checkpoint_*"))
+        for t in top.iterdir()
+        if t.is_dir() and any(t.glob("checkpoint_*"))
+    }
+
+
 def _finished(runs: pd.DataFrame) -> int:
     return int((runs["status"] == "finished").sum())
 
@@ -234,6 +244,12 @@ def test_ctrl_c_a_killed_driver_and_ctrl_c_again_then_resume_matches_an_uninterr
     )
     killed = read_table(hit, "runs")
     assert not (hit / "trials").exists() and killed["stage"].eq("search").all()
+    # while a stage runs no checkpoint is deleted: Tune's state, snapshotted now and then, may
+    # name an older one than a trial's newest, and a resume restores that one (a kept-two
+    # limit once left a trial that could not be restored); the finished trial has all five
+    kept = _checkpoints(hit, "resume-search")
+    assert all(points == list(range(len(points))) for points in kept.values()), kept
+    assert max(map(len, kept.values())) >= 5, kept
     # --resume, then Ctrl-C in the final stage: the same, and no final-stage summary
     # (after round 3: the run has a checkpoint, from round 2, to resume from)
     again = [*_args(sweep_file, hit), "--resume"]
@@ -247,6 +263,9 @@ def test_ctrl_c_a_killed_driver_and_ctrl_c_again_then_resume_matches_an_uninterr
     _sweep_to_the_end(sweep_file, hit, "--resume")
     _assert_same_as(calm, hit)
     assert (hit / "report" / "report.html").exists()
+    # a stage that ended keeps each trial's newest checkpoint only
+    for stage in ("search", "final"):
+        assert all(len(p) == 1 for p in _checkpoints(hit, f"resume-{stage}").values())
     resumed = read_table(hit, "runs").query("stage == 'final'").iloc[0]
     assert resumed["attempts"] == 2 and resumed["resumed_from_round"] >= 2
     assert resumed["wall_s"] > resumed["attempt_wall_s"]  # both attempts' time
