@@ -166,11 +166,11 @@ def crash_at(t: int):
 # the second Ray lane: the modules whose tests start Ray instances of their own in subprocesses
 # (a `ray start` head, the CLI, a simulated cluster), each under its own temp dir and ports, and
 # modules that start Ray in their worker (ray.init), so that the two lanes take about as long
-# (measured 2026-12-07 with --durations: 1,407 s and 1,211 s of Ray tests with test_packing.py
-# in the first lane; three lanes on the two cores took 1,783 s against 1,537 s for two)
+# (measured 2026-12-07 with --durations beside a running study: 2,256 s and 1,752 s of Ray
+# tests' 60 longest, which moved the small study here once the `ray job submit` test merged into
+# the token walk-through; three lanes on the two cores took 1,783 s against 1,537 s for two)
 SECOND_LANE = {
     "test_documented_commands.py",
-    "test_ray_job.py",
     "test_sweep_resume.py",
     "test_multinode.py",
     "test_s3.py",
@@ -299,14 +299,15 @@ def received(client: int, value, n: int = 1):
     return Received(client, n, value)
 
 
-def init_ray_for_sweeps() -> None:
-    """This process's Ray for in-process sweeps and studies, with one CPU: a stage's trials run
-    one after another in one reused trial process (its imports, ~4 s of CPU, are most of a
-    tiny trial's cost). Trials side by side are tested where they matter: the schedulers'
-    module, and the resume tests' CLI sweeps (which start a Ray with every CPU)."""
+def init_ray_for_sweeps(num_cpus: int = 1) -> None:
+    """This process's Ray for in-process sweeps and studies, with one CPU unless asked for
+    more: a stage's trials run one after another in one reused trial process (its imports,
+    ~4 s of CPU, are most of a tiny trial's cost). Trials side by side are tested where they
+    matter: the schedulers' module, the small study, and the resume tests' CLI sweeps (which
+    start a Ray with every CPU)."""
     import ray
 
-    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False)
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
 
 
 def free_port() -> int:

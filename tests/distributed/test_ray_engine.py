@@ -88,6 +88,13 @@ METHODS = {
     },
     # per-client memories in the object store, client-local states, new codecs, empty rounds
     "mifa_bernoulli": {"fl__rounds": 4, "method__name": "mifa", "fl__participation": "bernoulli"},
+    # MIFA waiting for every client's first update: rounds whose server step is held back
+    "mifa_wait": {
+        "fl__rounds": 5,
+        "fl__clients_per_round": 5,
+        "method__name": "mifa",
+        "method__mifa__init": "wait",
+    },
     "scaffold": {"fl__rounds": 3, "method__name": "scaffold"},
     "laq": {
         "fl__rounds": 5,
@@ -120,7 +127,7 @@ def local_reference(tmp_path_factory):
     ("method", "workers"),
     [("fedavg_topk", 1), ("fedavg_topk", 2), ("fedavg_topk_ef", 2), ("dg_fedreuse", 2)]
     + [("dg_levels", 2)]
-    + [(m, 2) for m in ("mifa_bernoulli", "scaffold", "laq", "fedluar", "fedsteer")],
+    + [(m, 2) for m in ("mifa_bernoulli", "mifa_wait", "scaffold", "laq", "fedluar", "fedsteer")],
 )
 def test_ray_engine_is_bit_identical_to_local(tmp_path, local_reference, method, workers):
     local_cfg, local = local_reference[method]

@@ -1,8 +1,10 @@
 """Golden digests: short runs of every method whose Parquet metrics must not change.
 
-A refactor must reproduce these digests bit for bit on both backends (wall-time columns, run ids
-and config columns excluded: only what a run computed). A deliberate numeric change updates the
-digests in its own commit: ``python -m tests.golden.cases --write``.
+A refactor must reproduce these digests bit for bit (wall-time columns, run ids and config columns
+excluded: only what a run computed); the Ray engine must give the local engine's bits run for run
+(tests/distributed/test_ray_engine.py), so a refactor that changed only its numbers fails there.
+A deliberate numeric change updates the digests in its own commit:
+``python -m tests.golden.cases --write``.
 
 Bits are a property of a machine as well as of the code: torch's CPU kernels (MKL's BLAS, oneDNN's
 convolutions, ATen's vector code) can take other paths on another processor, and the same commit

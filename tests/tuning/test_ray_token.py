@@ -1,8 +1,10 @@
 """Integration: the guide's cluster walk-through as written, with Ray's token authentication on —
 the token created, a head started, a worker node joined with `ray start --address`, the
-quickstart submitted with `ray job submit --address` and the runtime env the guide shows; a
-missing or a wrong token refused by `reuse-ray` with one line. The cluster is this test's own
-(its ports, its temp dir, its HOME holding the token) and is ended by its processes."""
+quickstart submitted with `ray job submit --address` and the runtime env the README and the guide
+show, its report from the results root; the tool started with no address beside that head starts
+its own Ray; a missing or a wrong token refused by `reuse-ray` with one line. The cluster is this
+test's own (its ports, its temp dir, its HOME holding the token) and is ended by its processes,
+every one of them. (A run on the Ray engine from the command line: tests/engine.)"""
 
 from __future__ import annotations
 
@@ -11,10 +13,11 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
-from conftest import _alive, free_port, ray_temp_dir, stop_ray_under
+from conftest import _alive, _process_table, free_port, ray_temp_dir, stop_ray_under
 
 from reuse_ray.results import read_table
 
@@ -115,6 +118,37 @@ def test_the_token_walk_through_with_a_joined_worker(tmp_path):
         assert len(trials) == 2 and trials["status"].eq("finished").all()
         final = read_table(folder, "runs").query("stage == 'final'")
         assert len(final) == 2 and (final["test_reads"] == 1).all()  # the choice, the reference
+        # nothing landed in the job's working-dir package on the head node
+        assert list(Path(temp).rglob("*.parquet")) == []
+        # the README's next line: a report from the stated root (its newest sweep)
+        report = subprocess.run(
+            ["reuse-ray", "report", str(root / "sweeps" / "quickstart")],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert report.returncode == 0, report.stderr
+        assert f"reporting the newest: {folder}" in report.stdout
+        assert (folder / "report" / "report.html").is_file()
+        # with no address given, the tool starts its own local Ray (the README's word), not
+        # Ray's default of joining the latest `ray start` instance on the machine (this head)
+        own = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                "import ray\nfrom reuse_ray.distributed.backend import ensure_ray\n"
+                "ensure_ray(num_cpus=1)\nprint('GCS', ray.get_runtime_context().gcs_address)"
+                "\nray.shutdown()",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert own.returncode == 0, own.stdout[-2000:] + own.stderr[-2000:]
+        gcs = [ln.split()[1] for ln in own.stdout.splitlines() if ln.startswith("GCS ")]
+        assert len(gcs) == 1 and not gcs[0].endswith(f":{port}"), own.stdout
 
         # a missing token and a wrong one: one line from reuse-ray that says so, exit 2
         run = ["reuse-ray", "run", "sweeps/quickstart.yaml", "--address", f"127.0.0.1:{port}"]
@@ -133,13 +167,23 @@ def test_the_token_walk_through_with_a_joined_worker(tmp_path):
                 r"reuse-ray: Ray at 127\.0\.0\.1:\d+ refused this process's token", lines[0]
             )
             assert "RAY_AUTH_TOKEN" in lines[0] and "Traceback" not in got.stdout + got.stderr
+        # the cleanup leaves nothing of this cluster: its processes, the agents and Ray Client
+        # server below them (their command lines do not name the temp dir), its workers
+        tree = {**_tree_of(temp), **_tree_of(temp2)}
+        assert any("DashboardAgent" in cmd for cmd in tree.values()), tree
+        for folder in (temp2, temp):
+            stop_ray_under(folder)
+        left = {p: cmd for p, cmd in tree.items() if _alive(p)}
+        assert not left, left
     finally:
         for folder in (temp2, temp):  # the worker's and the head's processes: never `ray stop`
             stop_ray_under(folder)
-    assert not any(_alive(p) for p in _named(temp) + _named(temp2))
 
 
-def _named(temp: str) -> list[int]:
-    from conftest import _process_table
-
-    return [p for p, (_, cmd) in _process_table().items() if temp in cmd]
+def _tree_of(temp: str) -> dict[int, str]:
+    """Every process of the cluster under ``temp``: those naming it and their descendants."""
+    table = _process_table()
+    tree = {p for p, (_, cmd) in table.items() if temp in cmd}
+    while below := {p for p, (pp, _) in table.items() if pp in tree} - tree:
+        tree |= below
+    return {p: table[p][1] for p in tree}
