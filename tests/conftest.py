@@ -166,9 +166,9 @@ def crash_at(t: int):
 # the second Ray lane: the modules whose tests start Ray instances of their own in subprocesses
 # (a `ray start` head, the CLI, a simulated cluster), each under its own temp dir and ports, and
 # modules that start Ray in their worker (ray.init), so that the two lanes take about as long
-# (measured 2026-12-07 with --durations beside a running study: 2,256 s and 1,752 s of Ray
-# tests' 60 longest, which moved the small study here once the `ray job submit` test merged into
-# the token walk-through; three lanes on the two cores took 1,783 s against 1,537 s for two)
+# (measured 2026-12-07 on a clean clone, -n 3 --durations: 1,442 s and 1,410 s in the two lanes'
+# 50 longest tests; a third xdist worker for the tests without Ray took the suite from 1,504 s
+# to 1,732 s, and three Ray lanes 1,783 s against 1,537 s for two, on the two cores)
 SECOND_LANE = {
     "test_documented_commands.py",
     "test_sweep_resume.py",
