@@ -146,6 +146,25 @@ class FLTrainable(tune.Trainable):
         self._configure(new_config)
         return True
 
+    def restore(self, checkpoint_path, *args, **kwargs):
+        """Tune's restore, except that a checkpoint its saved state names but storage no longer
+        holds (a stage begun by a version that kept each trial's newest two only, or a trial
+        folder moved away to rerun it) starts the trial's run over from round 1 — the engine
+        recomputes it bit for bit and rewrites its rows; a run that finished is kept — instead
+        of ending the trial in an error and leaving its run ``running``."""
+        try:
+            return super().restore(checkpoint_path, *args, **kwargs)
+        except ValueError as err:
+            if "does not exist on storage" not in str(err):
+                raise
+        self._iteration, self._time_total, self.resume = 0, 0.0, None
+        print(
+            f"trial {self.trial_id}: its checkpoint is no longer on storage; its run starts "
+            "over from round 1",
+            flush=True,
+        )
+        return None
+
     def load_checkpoint(self, checkpoint_dir: str) -> None:
         path = Path(checkpoint_dir) / STATE_FILE
         self.resume = path.read_bytes() if path.is_file() else None
