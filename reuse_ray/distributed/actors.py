@@ -124,6 +124,11 @@ class WorkerSide:
     def pid(self) -> int:
         return os.getpid()
 
+    def release(self) -> None:
+        """Drop the run's worker (its setup, data and model): the actor is kept for the next
+        run (:mod:`~reuse_ray.distributed.kept`), which loads its own."""
+        self.worker = None
+
 
 @dataclasses.dataclass(frozen=True)
 class TaskHandle:
@@ -277,6 +282,11 @@ class ServerSide:
     def pid(self) -> int:
         return os.getpid()
 
+    def release(self) -> None:
+        """Drop the run's server state (its tables' objects with it): the actor is kept for
+        the next run, whose :meth:`load_server` builds its own."""
+        self._core = None
+
     def table_handles(self) -> list:
         """The store handles of every client table in the state (to check where they live)."""
         from ..algorithms.table import ClientTable
@@ -316,3 +326,7 @@ class ServingWorkerActor(WorkerSide, ServerSide):
     def __init__(self, device: str = "cpu"):
         WorkerSide.__init__(self, device)
         ServerSide.__init__(self)
+
+    def release(self) -> None:
+        WorkerSide.release(self)
+        ServerSide.release(self)

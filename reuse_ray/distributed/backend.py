@@ -36,6 +36,7 @@ from ..engine.round import play_round
 from ..errors import UserError
 from ..lazy import torch
 from ..machine import mixed_kinds_note
+from . import kept
 from .actors import (
     ClientWorkerActor,
     ServerActor,
@@ -91,6 +92,7 @@ class RayBackend(ServerRecovery, BackendBase):
         self._val_size: int | None = None  # the validation split's length (None: no split)
         self._built: tuple | None = None  # (setup ref, training split ref) once built
         self._loading: list | None = None  # the actors' load calls, issued once built
+        self._shape: tuple = ()  # what a kept pool must match to serve this run (module kept)
 
     def prepare(self) -> None:
         """Connect to Ray and start the actors before the run's inputs exist: their processes
@@ -121,6 +123,11 @@ class RayBackend(ServerRecovery, BackendBase):
             opts.update(num_cpus=e.cpu_per_worker)
         # the server in worker 0's process (engine.server_process: worker), or its own actor
         self.hosted = e.server_process == "worker"
+        self._shape = (self.device, self.hosted, size, tuple(sorted(opts.items())), self.namespace)
+        taken = kept.take(self._shape)  # inside a kept_workers() block: the last run's actors
+        if taken is not None:
+            self.workers, self.server = taken
+            return
         self.workers = [
             ClientWorkerActor.options(**opts, **self._named(f"worker-{k}")).remote(self.device)
             for k in range(1 if self.hosted else 0, size)
@@ -235,9 +242,11 @@ class RayBackend(ServerRecovery, BackendBase):
     # ------------------------------------------------------------ the server survives its actor
 
     def _named(self, role: str) -> dict:
-        """Actor options that name it ``<name>/<role>`` (unique: a name still held by an actor
-        of another run gets a numbered suffix)."""
-        base = f"{self.actor_prefix}/{role}"
+        """Actor options that name it ``<name>/<role>`` (``kept/<role>`` in a
+        ``kept_workers()`` block; unique: a name still held by an actor of another run gets a
+        numbered suffix)."""
+        # a kept pool's actors serve several runs: named by the pool, not the first run
+        base = f"{'kept' if kept.active() else self.actor_prefix}/{role}"
         name = base
         for k in range(2, 100):
             try:
@@ -368,10 +377,13 @@ class RayBackend(ServerRecovery, BackendBase):
         self._take_snapshot(-1)  # the resumed state is the new base
 
     def close(self) -> None:
-        for w in self.workers:
-            ray.kill(w, no_restart=True)
-        if self.server is not None and not self.hosted:
-            ray.kill(self.server, no_restart=True)
+        """End the run's actors, or, inside a ``kept_workers()`` block, hand them back emptied
+        for the next run (:mod:`~reuse_ray.distributed.kept`)."""
+        if not (self.workers and kept.keep(self._shape, self.workers, self.server, self.hosted)):
+            for w in self.workers:
+                ray.kill(w, no_restart=True)
+            if self.server is not None and not self.hosted:
+                ray.kill(self.server, no_restart=True)
         self.workers, self.server, self._setup_box = [], None, []
         self._side = []
         self._loaded = (None, None)

@@ -15,7 +15,7 @@ from conftest import small_config, write_pathmnist
 
 from reuse_ray.config import DataConfig, EngineConfig
 from reuse_ray.data import DatasetUnavailableError, load_dataset
-from reuse_ray.distributed import RayBackend, pool_size_from_resources
+from reuse_ray.distributed import RayBackend, kept_workers, pool_size_from_resources
 from reuse_ray.engine import ClientError
 from reuse_ray.results import TIMING_COLUMNS, read_table
 from reuse_ray.results.reader import read_table_if_any
@@ -26,8 +26,15 @@ pytestmark = pytest.mark.ray
 
 @pytest.fixture(scope="module", autouse=True)
 def ray_runtime():
+    """One Ray instance for the module, its runs on one kept pool of actors (started once;
+    every run below loads its own setup, so each is held to the local engine's bits as a
+    fresh pool's run would be)."""
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
+    if os.environ.get("NOKEEP"):
+        yield
+    else:
+        with kept_workers():
+            yield
     ray.shutdown()
 
 
@@ -230,6 +237,56 @@ def test_dg_cache_lives_in_the_object_store(tmp_path):
         assert backend.machine_note is None
     finally:
         backend.close()
+
+
+def test_a_kept_pool_serves_the_next_run_of_its_shape_and_ends_with_its_block(tmp_path):
+    """``kept_workers()``: a closed run's actors, emptied, serve the next run of the same pool
+    shape; a run of another shape ends them and starts its own; the block's end ends those."""
+
+    def pids(backend):
+        return ray.get([a.pid.remote() for a in [*backend.workers, backend.server]])
+
+    two = _ray(small_config(tmp_path / "a", fl__rounds=2), num_workers=2)
+    with kept_workers():  # this test's own block inside the module's
+        first = _started_backend(two)
+        before, handles = pids(first), list(first.workers)
+        first.close()
+        # emptied: no worker, no server state left in the kept processes
+        assert ray.get([h.__ray_call__.remote(lambda self: self.worker) for h in handles]) == [
+            None,
+            None,
+        ]
+        assert not ray.get(handles[0].has_server.remote())
+        again = _started_backend(dataclasses.replace(two, results_dir=str(tmp_path / "b")))
+        assert pids(again) == before
+        again.run_round(1, [0, 1, 2, 3])  # loaded from its own setup: it runs
+        again.close()
+        one = _started_backend(
+            _ray(small_config(tmp_path / "c", fl__rounds=2), num_workers=1)
+        )  # another shape: the kept pair ends, a pool of one starts
+        last, last_pid = one.workers[0], pids(one)[0]
+        assert len(one.workers) == 1 and last_pid not in before
+        _dies(handles[1])
+        one.close()
+        assert ray.get(last.pid.remote(), timeout=60) == last_pid  # kept, alive
+    _dies(last)  # the block ended: so did the pool it kept
+
+
+def _dies(actor, within_s: float = 60.0) -> None:
+    """The actor is gone within ``within_s`` (``ray.kill`` is asynchronous: a call sent just
+    after it may still be answered)."""
+    import time
+
+    from ray.exceptions import RayActorError
+
+    deadline = time.time() + within_s
+    while time.time() < deadline:
+        try:
+            ray.get(actor.pid.remote(), timeout=within_s)
+        except RayActorError:
+            return
+        time.sleep(0.2)
+    pytest.fail(f"{actor} still answers {within_s:g} s after it was ended")
 
 
 @pytest.mark.parametrize("method", ["mifa", "fedstale", "ef21", "laq", "scaffold"])
@@ -606,18 +663,21 @@ def test_the_ray_engines_driver_never_imports_torch(tmp_path):
     import sys
 
     address = ray.get_runtime_context().gcs_address
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            DRIVER_WITHOUT_TORCH,
-            str(tmp_path / "r"),
-            "fedavg,scaffold",
-            address,
-        ],
-        capture_output=True,
-        text=True,
-    )
+    # a block of its own: the module's kept actors end, so the other driver finds the CPUs free
+    with kept_workers():
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                DRIVER_WITHOUT_TORCH,
+                str(tmp_path / "r"),
+                "fedavg,scaffold",
+                address,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split("\n")[-4:] == [
         "fedavg finished finished [2] True",
