@@ -30,11 +30,8 @@ def ray_runtime():
     every run below loads its own setup, so each is held to the local engine's bits as a
     fresh pool's run would be)."""
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    if os.environ.get("NOKEEP"):
+    with kept_workers():
         yield
-    else:
-        with kept_workers():
-            yield
     ray.shutdown()
 
 
