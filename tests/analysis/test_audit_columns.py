@@ -4,6 +4,7 @@ ledger against each level, censored runs as censored."""
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import pandas as pd
@@ -22,8 +23,15 @@ def shipped():
     return load(STUDY), read_metadata(str(STUDY))
 
 
+@functools.cache
+def _runs() -> pd.DataFrame:
+    """The shipped study's runs table, read once for the module (a read of its many files
+    takes seconds)."""
+    return pd.read_parquet(STUDY / "runs")
+
+
 def _finals(label: str) -> pd.DataFrame:
-    runs = pd.read_parquet(STUDY / "runs")
+    runs = _runs()
     return runs[runs["stage"].eq("final") & runs["label"].eq(label)]
 
 
@@ -71,7 +79,7 @@ def test_the_cost_and_the_convergence_are_measured_from_the_record(shipped):
     from analysis.studies import convergence_line, cost_line
 
     res, study = shipped
-    runs = pd.read_parquet(STUDY / "runs")
+    runs = _runs()
     rounds = pd.read_parquet(STUDY / "rounds")
     core_h = runs["wall_s"].fillna(0).sum() / 3600  # one CPU a trial
     line = cost_line(study, res)
