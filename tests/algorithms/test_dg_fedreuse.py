@@ -176,6 +176,7 @@ def dg_run(tmp_path_factory):
     return cfg, summary
 
 
+@pytest.mark.xdist_group("dg_run")  # its module fixture built once
 def test_dg_run_guarantees(dg_run):
     cfg, summary = dg_run
     assert summary.status == "finished"
@@ -199,6 +200,7 @@ def test_dg_run_guarantees(dg_run):
     assert (reused["down_measured"] > 0).all() and (reused["up_measured"] > 16).all()
 
 
+@pytest.mark.xdist_group("dg_run")  # its module fixture built once
 def test_cache_is_sparse_and_reported(dg_run):
     cfg, summary = dg_run
     runs = read_table(cfg.results_dir, "runs").iloc[0]

@@ -18,6 +18,10 @@ from reuse_ray.results.reader import read_metadata
 STUDY = Path(__file__).resolve().parents[2] / "results" / "study_fashionmnist"
 
 
+# the module fixture is built once: every test here on one xdist worker (conftest.py)
+pytestmark = pytest.mark.xdist_group("shipped_study")
+
+
 @pytest.fixture(scope="module")
 def shipped():
     return load(STUDY), read_metadata(str(STUDY))

@@ -16,6 +16,9 @@ from reuse_ray.results import read_table
 from reuse_ray.results.schema import RUN_TABLES
 from reuse_ray.runner import run_fl
 
+# the module fixture is built once: every test here on one xdist worker (conftest.py)
+pytestmark = pytest.mark.xdist_group("compact_results")
+
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
