@@ -25,13 +25,17 @@ import ray
 
 @dataclass
 class _Kept:
-    """The one pool a block keeps: its shape and its actors (server last when it has its own
-    process; ``hosted``: worker 0 holds the server)."""
+    """The one pool a block keeps: its shape and its actors (``hosted``: worker 0 holds the
+    server)."""
 
     shape: tuple | None = None
     workers: list = field(default_factory=list)
     server: Any = None
     hosted: bool = False
+
+    def actors(self) -> list:
+        """Each actor once: the workers, and the server where it has a process of its own."""
+        return self.workers if self.hosted else [*self.workers, self.server]
 
 
 _block: _Kept | None = None
@@ -64,12 +68,12 @@ def take(shape: tuple) -> tuple[list, Any] | None:
     if _block.shape != shape:
         _end(_block)
         return None
-    workers, server = _block.workers, _block.server
+    workers, server, actors = _block.workers, _block.server, _block.actors()
     _block.shape, _block.workers, _block.server = None, [], None
     try:
-        ray.get([a.pid.remote() for a in [*workers, server]], timeout=60)
+        ray.get([a.pid.remote() for a in actors], timeout=60)
     except Exception:  # noqa: BLE001 - a kept actor that died is replaced by a fresh pool
-        _kill([*workers, server])
+        _kill(actors)
         return None
     return workers, server
 
@@ -79,7 +83,7 @@ def keep(shape: tuple, workers: list, server: Any, hosted: bool) -> bool:
     an actor cannot be emptied, so the caller ends them."""
     if _block is None:
         return False
-    actors = workers if hosted else [*workers, server]
+    actors = _Kept(shape, workers, server, hosted).actors()
     try:
         ray.get([a.release.remote() for a in actors], timeout=60)
     except Exception:  # noqa: BLE001 - an actor that cannot be emptied is not kept
@@ -90,12 +94,12 @@ def keep(shape: tuple, workers: list, server: Any, hosted: bool) -> bool:
 
 
 def _end(kept: _Kept) -> None:
-    _kill(kept.workers if kept.hosted else [*kept.workers, kept.server])
+    _kill(kept.actors())
     kept.shape, kept.workers, kept.server = None, [], None
 
 
 def _kill(actors: list) -> None:
     for a in actors:
-        if a is not None:
+        if a is not None:  # a pool ended before: no server
             with contextlib.suppress(Exception):
                 ray.kill(a, no_restart=True)
