@@ -344,6 +344,24 @@ def _process_table() -> dict[int, tuple[int, str]]:
     return table
 
 
+def start_ray_head(env: dict[str, str], num_cpus: int = 2) -> str:
+    """``ray start --head`` under ``env`` (its ``RAY_TMPDIR``: stop it with
+    :func:`stop_ray_under`), on free ports, without the dashboard; returns the address a driver
+    joins it by (``RAY_ADDRESS``, as on a workstation with a ``ray start`` instance) — its
+    start-up (~10 s) paid once for the commands of a module, not once per command."""
+    import shutil
+    import subprocess
+
+    port = free_port()
+    head = [shutil.which("ray") or "ray", "start", "--head", "--num-cpus", str(num_cpus)]
+    head += ["--port", str(port), "--dashboard-agent-listen-port", str(free_port())]
+    head += ["--include-dashboard", "false", "--disable-usage-stats"]
+    env = {k: v for k, v in env.items() if k != "RAY_ADDRESS"}
+    start = subprocess.run(head, env=env, capture_output=True, text=True, timeout=120)
+    assert start.returncode == 0, start.stdout[-2000:] + start.stderr[-2000:]
+    return f"127.0.0.1:{port}"
+
+
 def stop_ray_under(temp_dir: str) -> int:
     """End the Ray processes a test started — and only those: the ones whose command line names
     its own temp dir (gcs, raylet, the monitor, the Ray Client server) and every process below

@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import free_port, ray_temp_dir, stop_ray_under
+from conftest import ray_temp_dir, start_ray_head, stop_ray_under
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -159,15 +159,8 @@ def sandbox(tmp_path_factory):
     env = dict(os.environ, HOME=str(home), RAY_TMPDIR=temp, RAY_AUTH_MODE="disabled")
     env["REUSE_RAY_RESULTS"] = str(home / "reuse_ray_results")
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
-    env.pop("RAY_ADDRESS", None)
-    port = free_port()
-    head = [shutil.which("ray") or "ray", "start", "--head", "--num-cpus", "2"]
-    head += ["--port", str(port), "--dashboard-agent-listen-port", str(free_port())]
-    head += ["--include-dashboard", "false", "--disable-usage-stats"]
     try:
-        start = subprocess.run(head, env=env, capture_output=True, text=True, timeout=120)
-        assert start.returncode == 0, start.stdout[-2000:] + start.stderr[-2000:]
-        env["RAY_ADDRESS"] = f"127.0.0.1:{port}"
+        env["RAY_ADDRESS"] = start_ray_head(env)
         yield box, env
     finally:
         stop_ray_under(temp)

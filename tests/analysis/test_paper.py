@@ -13,6 +13,8 @@ from analysis import load
 from analysis.load import Results
 from analysis.paper import arm_name, gate_table, paper_table, with_protocol_arms
 
+# the tests that share the module's protocol runs in one xdist worker: built once, not per worker
+pytestmark = pytest.mark.xdist_group("paper_protocol")
 ROOT = Path(__file__).resolve().parents[2]
 DG = {"max_age": 2, "quota": 0.25}
 ARMS = [  # (overrides, seeds): the protocol's three arms and its two controls, on digits

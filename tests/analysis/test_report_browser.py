@@ -13,8 +13,6 @@ from test_analysis import _write_run
 
 from analysis import write_report
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-
 
 def _launch(p):
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -32,6 +30,8 @@ def _launch(p):
 
 @pytest.mark.slow  # an end-to-end run: the full suite keeps it
 def test_report_html_renders_in_chromium(tmp_path):
+    # imported here, not at collection (~0.9 s in every pytest worker)
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     long = {"cfg.method.dg.tau0": 0.91169880000000001, "cfg.method.dg.gate": "proxy"}
     for s in range(1, 7):
         _write_run(tmp_path, "fedavg", s, f"a{s}", [0.5, 0.6, 0.7], test=0.7)

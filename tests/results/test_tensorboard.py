@@ -6,7 +6,6 @@ import struct
 from pathlib import Path
 
 from conftest import small_config
-from tensorboardX.proto import event_pb2
 
 from reuse_ray.runner import run_fl
 
@@ -14,6 +13,8 @@ from reuse_ray.runner import run_fl
 def read_scalars(folder: Path) -> dict[str, list[tuple[int, float]]]:
     """Every scalar of a run folder's event files: tag -> [(step, value)] (TFRecord framing:
     u64 length, u32 crc, payload, u32 crc)."""
+    from tensorboardX.proto import event_pb2  # here, not at collection
+
     out: dict[str, list[tuple[int, float]]] = {}
     for f in sorted(folder.glob("events.out.tfevents.*")):
         data, pos = f.read_bytes(), 0

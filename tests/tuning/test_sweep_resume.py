@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from conftest import ray_temp_dir, stop_ray_under
+from conftest import ray_temp_dir, start_ray_head, stop_ray_under
 
 from reuse_ray.results import ATTEMPT_COLUMNS, TIMING_COLUMNS, read_table
 from reuse_ray.results.reader import read_table_if_any
@@ -53,7 +53,22 @@ def _cli(*args: str) -> list[str]:
     return [sys.executable, "-c", CLI, *args]
 
 
-TEMP = ray_temp_dir()  # every Ray this module starts lives under it (RAY_TMPDIR)
+TEMP = ray_temp_dir()  # every Ray an interrupted or killed sweep starts lives under it
+HEAD: dict[str, str] = {}  # the module's own Ray, which the undisturbed sweeps join
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _head():
+    """One Ray instance of this module's own (its own temp dir) that every sweep run to its end
+    undisturbed joins (``RAY_ADDRESS``): its start-up is paid once. A sweep interrupted or
+    killed starts its own Ray, which ends with it (a killed driver's cluster is killed too)."""
+    temp = ray_temp_dir()
+    try:
+        HEAD["address"] = start_ray_head(dict(_env(), RAY_TMPDIR=temp))
+        yield
+    finally:
+        HEAD.clear()
+        stop_ray_under(temp)
 
 
 def _stop_ray() -> None:
@@ -76,9 +91,12 @@ def _frames(results: Path) -> dict[str, pd.DataFrame]:
     return out
 
 
-def _env() -> dict[str, str]:
+def _env(joined: bool = False) -> dict[str, str]:
+    """The CLI's environment: a Ray of its own under TEMP, or (``joined``) the module's."""
     env = dict(os.environ, RAY_AUTH_MODE="disabled", RAY_TMPDIR=TEMP)
     env.pop("RAY_ADDRESS", None)
+    if joined:
+        env["RAY_ADDRESS"] = HEAD["address"]
     return env
 
 
@@ -202,10 +220,11 @@ INTERRUPTED_LINE = "interrupted — rerun with --resume to continue"
 
 
 def _sweep_to_the_end(sweep_file: Path, results: Path, *more: str) -> subprocess.CompletedProcess:
-    """The sweep (with ``more`` arguments, e.g. --resume) run to its end, successfully."""
+    """The sweep (with ``more`` arguments, e.g. --resume) run to its end, successfully, on the
+    module's Ray."""
     done = subprocess.run(
         _cli("sweep", str(sweep_file), "--results", str(results), *more),
-        env=_env(),
+        env=_env(joined=True),
         capture_output=True,
         text=True,
         timeout=900,
