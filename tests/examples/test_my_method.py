@@ -42,38 +42,36 @@ def test_example_method_ledgers_by_hand(tmp_path):
     assert runs["client_memory_bytes"] == 4 * layout.dim * ev["client_id"].nunique()  # e_i
 
 
-@pytest.mark.ray
-@pytest.mark.slow
-def test_example_method_is_identical_on_both_backends(tmp_path):
+@pytest.fixture(scope="module")
+def ray_runtime():
+    """One Ray for the module's two Ray tests (its start-up paid once)."""
     import ray
 
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        ray_cfg = _run(tmp_path, "ray")
-    finally:
-        ray.shutdown()
+    yield
+    ray.shutdown()
+
+
+@pytest.mark.ray
+@pytest.mark.slow
+def test_example_method_is_identical_on_both_backends(tmp_path, ray_runtime):
+    ray_cfg = _run(tmp_path, "ray")
     local_cfg = _run(tmp_path, "local")
     assert digest(ray_cfg.results_dir) == digest(local_cfg.results_dir)
 
 
 @pytest.mark.ray
 @pytest.mark.slow
-def test_the_example_method_sweeps_over_its_own_space(tmp_path, monkeypatch):
+def test_the_example_method_sweeps_over_its_own_space(tmp_path, monkeypatch, ray_runtime):
     """``examples/my_method_sweep.yaml`` as the guide shows it: the method named by a relative
     ``method.module`` path, searched in its registered space. Tune runs each trial in its own
     folder; the path is read from the driver's (every trial failed with 'no file' before)."""
     from pathlib import Path
 
-    import ray
-
     from reuse_ray.cli import main
 
     monkeypatch.chdir(Path(__file__).resolve().parents[2])
-    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        code = main(["sweep", "examples/my_method_sweep.yaml", "--results", str(tmp_path / "s")])
-    finally:
-        ray.shutdown()
+    code = main(["sweep", "examples/my_method_sweep.yaml", "--results", str(tmp_path / "s")])
     assert code == 0
     trials = read_table(tmp_path / "s", "trials")
     assert len(trials) == 3 and trials["status"].eq("finished").all(), trials["status"]
