@@ -167,10 +167,10 @@ def crash_at(t: int):
 # (a `ray start` head, the CLI, a simulated cluster), each under its own temp dir and ports, and
 # modules that start Ray in their worker (ray.init), so that the two lanes take about as long
 # (measured on clean clones, --durations: 1,276 s and 1,278 s in the two lanes on 2026-12-07;
-# 1,308 s and 1,224 s on 2026-12-08 after the resume tests' sweeps joined one head, when the
-# engine's and the loopback's Ray tests, 27 s and 17 s, moved here; a third xdist worker for the
-# tests without Ray took the suite from 1,504 s to 1,732 s, and three Ray lanes 1,783 s against
-# 1,537 s for two, on the two cores)
+# 1,308 s and 1,224 s on 2026-12-08 after the resume tests' sweeps joined one head; 1,253 s and
+# 1,240 s once the engine's and the loopback's Ray tests, 27 s and 17 s, moved here; a third
+# xdist worker for the tests without Ray took the suite from 1,504 s to 1,732 s, and three Ray
+# lanes 1,783 s against 1,537 s for two, on the two cores)
 SECOND_LANE = {
     "test_documented_commands.py",
     "test_sweep_resume.py",
