@@ -433,7 +433,9 @@ def bytes_to_reference_target(res: Results, study: dict) -> pd.DataFrame:
 def _styles(labels) -> dict[str, tuple]:
     """(colour, line style) per final label: one colour per arm, one style per selection (the
     arm's most accurate configuration solid, each uplink level's choice its own dash)."""
-    from .plots import plt
+    from .plots import pyplot
+
+    plt = pyplot()
 
     arms = sorted({label.split("@")[0] for label in labels})
     colour = {a: plt.cm.tab20.colors[(2 * i) % 20 + (2 * i) // 20] for i, a in enumerate(arms)}
@@ -452,7 +454,9 @@ def frontier_plot(res: Results, study: dict, out: Path) -> list[Path]:
     as vertical lines, the non-dominated labels named; restricted ledger left, measured
     right. One colour per arm, one line style per selection (a level's choice dashed); the
     accuracy axis starts 0.25 below the lowest final point, where the early rounds leave it."""
-    from .plots import _save, plt
+    from .plots import _save, pyplot
+
+    plt = pyplot()
 
     paths = []
     points = frontier_points(res, study)

@@ -4,14 +4,27 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import matplotlib
+import pandas as pd
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import pandas as pd  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
+from .load import Results
 
-from .load import Results  # noqa: E402
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported on first use (~0.6 s that reading
+    tables, a leaderboard or a report without figures never needs)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _integer_ticks(axis) -> None:
+    """Whole numbers only on ``axis`` (rounds)."""
+    from matplotlib.ticker import MaxNLocator
+
+    axis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _bands(ax, df: pd.DataFrame, x: str, y: str, logx: bool = False) -> None:
@@ -24,7 +37,7 @@ def _bands(ax, df: pd.DataFrame, x: str, y: str, logx: bool = False) -> None:
     if logx:
         ax.set_xscale("log")
     elif x == "round":
-        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _integer_ticks(ax.xaxis)
     ax.grid(alpha=0.3)
     _legend(ax)
 
@@ -41,13 +54,13 @@ def accuracy_curves(res: Results, out: Path) -> list[Path]:
         df = rounds[rounds["dataset"] == name]
         tag = f"_{name}" if len(names) > 1 else ""
         on = f" ({name})" if len(names) > 1 else ""
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
         _bands(ax, df, "round", "val_acc")
         ax.set_xlabel("round")
         ax.set_ylabel("validation accuracy (fraction)")
         ax.set_title(f"Validation accuracy by round{on} (mean, min-max over seeds)")
         paths.append(_save(fig, out / f"val_acc_vs_round{tag}.png"))
-        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
         _bands(ax, df.assign(MB=df["cum_up_restricted"] / 1e6), "MB", "val_acc", logx=True)
         ax.set_xlabel("cumulative restricted uplink (MB, log scale)")
         ax.set_ylabel("validation accuracy (fraction)")
@@ -62,7 +75,7 @@ def pareto_arms(points: pd.DataFrame, out: Path) -> Path | None:
     if not len(points):
         return None
     names = sorted(points["dataset"].unique())
-    fig, axes = plt.subplots(1, len(names), figsize=(6.4 * len(names), 4.8), squeeze=False)
+    fig, axes = pyplot().subplots(1, len(names), figsize=(6.4 * len(names), 4.8), squeeze=False)
     for ax, name in zip(axes[0], names, strict=True):
         p = points[points["dataset"] == name]
         ax.scatter(p["total_MB"], p["acc"], c="0.5", s=22)
@@ -90,7 +103,7 @@ def pareto_plot(trials: pd.DataFrame, out: Path) -> Path | None:
     t = trials[trials["val_acc"].notna() & trials["cum_up_restricted"].notna()]
     if not len(t):
         return None
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
     ax.scatter(t["cum_up_restricted"] / 1e6, t["val_acc"], c="0.6", s=18, label="trial")
     f = t[t["on_pareto_front"].astype(bool)].sort_values("cum_up_restricted")
     ax.plot(f["cum_up_restricted"] / 1e6, f["val_acc"], "o-", c="C3", label="Pareto front")
@@ -111,7 +124,7 @@ def gate_scores(res: Results, out: Path) -> Path | None:
     ev = ev[ev["gate_score"].notna() & ev["age"].notna() & ev["tau"].notna()]
     if not len(ev):
         return None
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
     for decision, g in ev.groupby("decision"):
         ax.hist(
             g["gate_score"], bins=30, range=(0, 1), alpha=0.55, label=f"{decision} (n={len(g)})"
@@ -153,7 +166,7 @@ def _wrap(label: str, width: int = 70) -> str:
 def _save(fig, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=150, bbox_inches="tight")
-    plt.close(fig)
+    pyplot().close(fig)
     return path
 
 
@@ -161,11 +174,11 @@ def firing_rate(rates: pd.DataFrame, out: Path) -> Path | None:
     """The DG gate's firing rate per round (share of gated events with D ≥ τ_t), per arm."""
     if not len(rates):
         return None
-    fig, ax = plt.subplots(figsize=(6.4, 4.2))
+    fig, ax = pyplot().subplots(figsize=(6.4, 4.2))
     for arm, g in rates.groupby("arm"):
         ax.plot(g["round"], g["firing_rate"], marker=".", label=str(arm))
     ax.set_xlabel("round")
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    _integer_ticks(ax.xaxis)
     ax.set_ylabel("gate firing rate (fraction of gated events)")
     ax.set_ylim(-0.02, 1.02)
     ax.set_title("DG-FedReuse gate firing rate per round")

@@ -68,7 +68,9 @@ def _fitted(values: np.ndarray, pad: float) -> tuple[float, float]:
 
 def readings_plot(res: Results, study: dict, out: Path) -> list[Path]:
     """Per workload, the figure of :func:`reading_points` (``levels_<workload>.png``)."""
-    from .plots import _save, plt
+    from .plots import _save, pyplot
+
+    plt = pyplot()
 
     points, paths = reading_points(res, study), []
     if not len(points):
